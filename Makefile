@@ -1,0 +1,40 @@
+# Two commands do all the set-up on a fresh clone:
+#   make run    create .venv if missing, install, train (python main.py)
+#   make test   the same set-up with the test extras, then the test suite
+PYTHON ?= python3.11
+VENV ?= .venv
+PY := $(VENV)/bin/python
+ARGS ?=
+
+.PHONY: run test bench install install-test clean-shm clean
+
+$(VENV)/bin/activate:
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip setuptools wheel
+
+$(VENV)/.installed: pyproject.toml | $(VENV)/bin/activate
+	$(PY) -m pip install --quiet -e .
+	touch $@
+
+$(VENV)/.installed-test: pyproject.toml | $(VENV)/bin/activate
+	$(PY) -m pip install --quiet -e ".[test]"
+	touch $(VENV)/.installed $@
+
+install: $(VENV)/.installed
+install-test: $(VENV)/.installed-test
+
+run: install
+	$(PY) main.py $(ARGS)
+
+test: install-test
+	$(PY) -m pytest -q
+
+bench: install
+	$(PY) main.py bench $(ARGS)
+
+# Remove shared-memory segments left by runs whose learner is gone.
+clean-shm: install
+	$(PY) -c "from pipeline.shm import remove_stale_segments as r; print('\n'.join(r()) or 'none')"
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache .hypothesis
