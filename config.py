@@ -1,0 +1,366 @@
+"""Training configuration: the knobs a user edits, the hardware presets, and validation.
+
+Edit the knobs right below to change what ``python main.py`` does without flags. A value
+is resolved with this precedence (highest first):
+
+    command line  >  knobs in this file  >  preset  >  dataclass defaults
+
+``resolve_config`` returns the final :class:`Config` together with where each value
+came from (``python main.py --print-config`` shows both). Validation collects every
+problem and raises a single :class:`ConfigError` before any process or shared memory
+is created.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+# ---------------------------------------------------------------------------------------
+# Knobs: edit these by hand. None keeps the preset's value.
+# ---------------------------------------------------------------------------------------
+PRESET: str = "auto"  # one of: auto, cpu, laptop, desktop, server, tiny
+NUM_PROCESSES: int | None = None  # collector processes (each runs one emulator)
+BATCH_SIZE: int | None = None  # learner mini-batch size
+ENV_ID: str | None = None  # e.g. "SuperMarioBros-1-1-v0", "SuperMarioBrosRandomStages-v0", "Catch-v0"
+TOTAL_FRAMES: int | None = None  # stop after this many emulator frames (0 = run until Ctrl-C)
+# ---------------------------------------------------------------------------------------
+
+KNOBS: dict[str, str] = {
+    "NUM_PROCESSES": "num_processes",
+    "BATCH_SIZE": "batch_size",
+    "ENV_ID": "env_id",
+    "TOTAL_FRAMES": "total_frames",
+}
+
+
+class ConfigError(ValueError):
+    """One or more configuration values are invalid; the message lists every problem."""
+
+
+@dataclass
+class Config:
+    """Every setting of a training run. Each field's docstring says what it controls."""
+
+    # --- environment -------------------------------------------------------------------
+    env_id: str = "SuperMarioBros-1-1-v0"
+    """Environment id: SuperMarioBros-<world>-<stage>-v<0..3>, SuperMarioBros-v0..3 (full
+    game), SuperMarioBrosRandomStages-v0..3, or Catch-v0 (synthetic, for tests)."""
+    action_set: str = "simple"
+    """Joypad action set: right_only (5 actions), simple (7) or complex (12)."""
+    frame_skip: int = 4
+    """Emulator frames per agent step (the action repeats; max over the last two frames)."""
+    reward_scale: float = 0.1
+    """Multiplier applied to the game's reward before it is stored."""
+    no_progress_steps: int = 200
+    """Truncate an episode after this many agent steps without new x progress (0 = off)."""
+    max_episode_steps: int = 4000
+    """Truncate an episode after this many agent steps (0 = off)."""
+
+    # --- collectors --------------------------------------------------------------------
+    num_processes: int = 2
+    """Collector processes; each runs one emulator and writes to its own ring slot."""
+    ring_capacity: int = 1024
+    """Records per collector slot of the shared-memory ring (about 7 KB each)."""
+    weights_check_steps: int = 200
+    """A collector checks for new published weights at least every this many steps."""
+    heartbeat_timeout_s: float = 30.0
+    """A collector whose heartbeat is older than this is killed and restarted."""
+
+    # --- replay and learning -----------------------------------------------------------
+    replay_capacity: int = 100_000
+    """Transitions kept in the replay memory (one 84x84 frame each)."""
+    replay_device: str = "cpu"
+    """Where the replay memory lives: cpu, cuda, or auto (the learner's device)."""
+    batch_size: int = 32
+    """Learner mini-batch size (samples per update)."""
+    learning_starts: int = 10_000
+    """Transitions in replay before the first update."""
+    replay_ratio: float = 8.0
+    """Samples drawn per inserted transition; the learner waits when it is ahead."""
+    frame_stack: int = 4
+    """Frames stacked into one observation (rebuilt from replay at sampling time)."""
+    n_step: int = 3
+    """Steps of the n-step return."""
+    gamma: float = 0.99
+    """Discount factor."""
+    learning_rate: float = 1e-4
+    """Adam learning rate."""
+    adam_eps: float = 1.5e-4
+    """Adam epsilon."""
+    grad_clip: float = 10.0
+    """Gradient norm clip."""
+    grad_accum: int = 1
+    """Micro-batches accumulated per optimizer step (batch_size must divide evenly)."""
+    target_sync_updates: int = 2000
+    """Updates between target network syncs (full state_dict, BatchNorm buffers included)."""
+    dueling: bool = True
+    """Use the dueling head."""
+    updates_per_epoch: int = 100
+    """Learner updates per epoch."""
+    model_update_frequency: int = 1
+    """Publish weights and epsilon to the collectors every this many epochs."""
+    epsilon_start: float = 1.0
+    """Exploration epsilon at the start of training."""
+    epsilon_end: float = 0.05
+    """Exploration epsilon after the decay."""
+    epsilon_decay_frames: int = 1_000_000
+    """Emulator frames over which epsilon decays linearly."""
+
+    # --- compute -----------------------------------------------------------------------
+    device: str = "auto"
+    """Learner device: cpu, cuda or auto (cuda when available)."""
+    compile: bool = True
+    """torch.compile the learner (falls back to eager with one warning on failure)."""
+    amp: bool = True
+    """Mixed precision: bf16 autocast on CPU and recent GPUs, fp16 + GradScaler on older GPUs."""
+    learner_threads: int = 0
+    """Torch intra-op threads of the learner (0 = cores left after the collectors, >= 1)."""
+
+    # --- run control -------------------------------------------------------------------
+    total_frames: int = 0
+    """Stop after this many emulator frames (0 = run until Ctrl-C)."""
+    seed: int = 0
+    """Base random seed (collector i uses seed + 1000 * i)."""
+    run_dir: str = "runs"
+    """Directory that holds one sub-directory per run."""
+    run_name: str = ""
+    """Run sub-directory name ('' = a timestamped name)."""
+    resume: str = ""
+    """Checkpoint file or run directory to resume from ('' = fresh run)."""
+    checkpoint_interval_s: float = 300.0
+    """Seconds between periodic checkpoints."""
+    keep_checkpoints: int = 3
+    """Periodic checkpoints kept (plus the final one)."""
+    monitor_interval_s: float = 5.0
+    """Seconds between monitor refreshes (table, log line, CSV row, TensorBoard)."""
+    monitor: str = "auto"
+    """Monitor display: auto (live table on a terminal, log lines otherwise), table, log, off."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+FIELD_NAMES: frozenset[str] = frozenset(f.name for f in fields(Config))
+
+# Presets change only what differs from the defaults. Sizes follow the hardware: the
+# collectors should keep every core but the learner's busy; the replay fills the RAM
+# that is cheap to spare (about 7 KB per transition).
+PRESETS: dict[str, dict[str, Any]] = {
+    "cpu": dict(num_processes=2, batch_size=32, replay_capacity=100_000, learning_starts=5_000,
+                replay_ratio=4.0, device="cpu", learner_threads=1, ring_capacity=512),
+    "laptop": dict(num_processes=4, batch_size=64, replay_capacity=200_000, replay_ratio=4.0,
+                   device="auto"),
+    "desktop": dict(num_processes=8, batch_size=128, replay_capacity=500_000, replay_ratio=8.0,
+                    device="auto", ring_capacity=2048),
+    "server": dict(num_processes=16, batch_size=256, replay_capacity=1_000_000, replay_ratio=8.0,
+                   device="cuda", replay_device="cuda", ring_capacity=4096,
+                   updates_per_epoch=250),
+    "tiny": dict(env_id="Catch-v0", num_processes=1, batch_size=16, replay_capacity=4_000,
+                 learning_starts=200, ring_capacity=64, replay_ratio=2.0, compile=False,
+                 amp=False, device="cpu", learner_threads=1, updates_per_epoch=10,
+                 epsilon_decay_frames=2_000, target_sync_updates=200, monitor="off",
+                 checkpoint_interval_s=60.0, monitor_interval_s=1.0),
+}
+PRESET_NAMES: tuple[str, ...] = ("auto", *PRESETS)
+
+
+@dataclass
+class Hardware:
+    """What auto-detection saw."""
+
+    cores: int
+    memory_gb: float
+    gpu: bool
+
+
+def detect_hardware() -> Hardware:
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    try:
+        memory_gb = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    except (ValueError, OSError, AttributeError):
+        memory_gb = 8.0
+    try:
+        import torch
+
+        gpu = torch.cuda.is_available()
+    except ImportError:  # pragma: no cover - torch is a hard dependency
+        gpu = False
+    return Hardware(cores=cores, memory_gb=memory_gb, gpu=gpu)
+
+
+def auto_preset(hw: Hardware) -> tuple[str, dict[str, Any]]:
+    """Pick the preset closest to the hardware, then size collectors and replay to it."""
+    if hw.gpu and hw.cores >= 16:
+        name = "server"
+    elif hw.gpu and hw.cores >= 8:
+        name = "desktop"
+    elif hw.cores >= 4:
+        name = "laptop"
+    else:
+        name = "cpu"
+    values = dict(PRESETS[name])
+    # One core stays with the learner; the rest collect.
+    values["num_processes"] = max(1, hw.cores - 1)
+    # At most a quarter of the RAM for replay, ~7.2 KB per transition.
+    max_replay = int(hw.memory_gb * 2**30 / 4 / 7200)
+    values["replay_capacity"] = max(10_000, min(values["replay_capacity"], max_replay))
+    return name, values
+
+
+@dataclass
+class ResolvedConfig:
+    """The final configuration and, per field, where its value came from."""
+
+    config: Config
+    sources: dict[str, str] = field(default_factory=dict)
+    preset: str = ""
+
+    def describe(self) -> str:
+        width = max(len(n) for n in FIELD_NAMES)
+        lines = [f"preset: {self.preset}"]
+        for f in fields(Config):
+            lines.append(f"{f.name:<{width}}  {getattr(self.config, f.name)!r:<28}  ({self.sources[f.name]})")
+        return "\n".join(lines)
+
+
+def knob_values(module_globals: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The knobs of this file that are set (not None), as Config field values."""
+    g = globals() if module_globals is None else module_globals
+    return {fname: g[knob] for knob, fname in KNOBS.items() if g.get(knob) is not None}
+
+
+def resolve_config(
+    cli: dict[str, Any] | None = None,
+    *,
+    preset: str | None = None,
+    knobs: dict[str, Any] | None = None,
+    hardware: Hardware | None = None,
+) -> ResolvedConfig:
+    """Merge defaults < preset < knobs < command line, then validate.
+
+    ``preset`` is the command line's --preset (None = the PRESET knob). ``knobs`` default
+    to the knobs in this file; tests pass their own.
+    """
+    cli = {k: v for k, v in (cli or {}).items() if v is not None}
+    knobs = knob_values() if knobs is None else {k: v for k, v in knobs.items() if v is not None}
+    preset_name = preset if preset is not None else PRESET
+    preset_source = "preset" if preset is None else "preset (--preset)"
+    if preset_name not in PRESET_NAMES:
+        raise ConfigError(
+            f"preset: unknown preset {preset_name!r}; choose one of {', '.join(PRESET_NAMES)} "
+            f"(--preset NAME or PRESET in config.py)"
+        )
+    if preset_name == "auto":
+        chosen, preset_values = auto_preset(hardware or detect_hardware())
+        preset_label = f"auto -> {chosen}"
+    else:
+        preset_values, preset_label = dict(PRESETS[preset_name]), preset_name
+
+    unknown = sorted(set(cli) - FIELD_NAMES) + sorted(set(knobs) - FIELD_NAMES)
+    if unknown:
+        raise ConfigError(f"unknown setting(s): {', '.join(unknown)}; known settings are the Config fields")
+
+    values: dict[str, Any] = {}
+    sources: dict[str, str] = {}
+    for f in fields(Config):
+        for layer, source in ((cli, "command line"), (knobs, "config.py knob"),
+                              (preset_values, f"{preset_source} {preset_label}")):
+            if f.name in layer:
+                values[f.name], sources[f.name] = layer[f.name], source
+                break
+        else:
+            sources[f.name] = "default"
+    config = Config(**values)
+    validate(config)
+    return ResolvedConfig(config=config, sources=sources, preset=preset_label)
+
+
+def _problem(name: str, value: Any, rule: str, fix: str) -> str:
+    return f"{name}={value!r}: {rule}; {fix}"
+
+
+def _summarise(problems: list[str]) -> str:
+    """Every problem on one line, so a user error is always one clear line."""
+    if len(problems) == 1:
+        return f"invalid configuration: {problems[0]}"
+    return f"invalid configuration ({len(problems)} problems): " + " | ".join(problems)
+
+
+def validate(cfg: Config) -> None:
+    """Raise one ConfigError listing every invalid field (name, value, rule, fix)."""
+    problems: list[str] = []
+    types_ok = True
+    for f in fields(Config):
+        value = getattr(cfg, f.name)
+        expected = {"int": int, "float": (int, float), "str": str, "bool": bool}[f.type]
+        # bool is an int subclass: refuse True where a number is meant, and vice versa.
+        bad = not isinstance(value, expected) or (f.type in ("int", "float") and isinstance(value, bool))
+        if f.type == "float" and not bad and value != value:  # NaN
+            bad = True
+        if bad:
+            types_ok = False
+            problems.append(_problem(f.name, value, f"must be a {f.type}", f"set a {f.type} value"))
+    if not types_ok:
+        raise ConfigError(_summarise(problems))
+
+    def positive(name: str, fix: str = "use a value >= 1") -> None:
+        if getattr(cfg, name) < 1:
+            problems.append(_problem(name, getattr(cfg, name), "must be >= 1", fix))
+
+    def non_negative(name: str) -> None:
+        if getattr(cfg, name) < 0:
+            problems.append(_problem(name, getattr(cfg, name), "must be >= 0", "use 0 to disable or a positive value"))
+
+    positive("num_processes", "use --num-processes N with N >= 1")
+    positive("batch_size", "use --batch-size N with N >= 1")
+    for name in ("frame_skip", "ring_capacity", "weights_check_steps", "replay_capacity", "frame_stack",
+                 "n_step", "grad_accum", "target_sync_updates", "updates_per_epoch",
+                 "model_update_frequency", "keep_checkpoints", "epsilon_decay_frames"):
+        positive(name)
+    for name in ("no_progress_steps", "max_episode_steps", "learning_starts", "total_frames", "seed",
+                 "learner_threads"):
+        non_negative(name)
+    for name in ("heartbeat_timeout_s", "checkpoint_interval_s", "monitor_interval_s", "replay_ratio",
+                 "learning_rate", "adam_eps", "grad_clip"):
+        if not getattr(cfg, name) > 0 or getattr(cfg, name) == float("inf"):
+            problems.append(_problem(name, getattr(cfg, name), "must be a finite number > 0", "use a positive value"))
+    if not 0.0 < cfg.gamma <= 1.0:
+        problems.append(_problem("gamma", cfg.gamma, "must be in (0, 1]", "use e.g. 0.99"))
+    for name in ("epsilon_start", "epsilon_end"):
+        if not 0.0 <= getattr(cfg, name) <= 1.0:
+            problems.append(_problem(name, getattr(cfg, name), "must be in [0, 1]", "use e.g. 1.0 and 0.05"))
+    if not cfg.reward_scale > 0 or cfg.reward_scale == float("inf"):
+        problems.append(_problem("reward_scale", cfg.reward_scale, "must be a finite number > 0", "use e.g. 0.1"))
+    if cfg.action_set not in ("right_only", "simple", "complex"):
+        problems.append(_problem("action_set", cfg.action_set, "must be right_only, simple or complex", "use simple"))
+    for name, allowed in (("device", ("cpu", "cuda", "auto")), ("replay_device", ("cpu", "cuda", "auto")),
+                          ("monitor", ("auto", "table", "log", "off"))):
+        if getattr(cfg, name) not in allowed:
+            problems.append(_problem(name, getattr(cfg, name), f"must be one of {', '.join(allowed)}",
+                                     f"use {allowed[0]}"))
+    if cfg.batch_size >= 1 and cfg.replay_capacity >= 1 and cfg.batch_size > cfg.replay_capacity:
+        problems.append(_problem("batch_size", cfg.batch_size, f"must not exceed replay_capacity ({cfg.replay_capacity})",
+                                 "lower --batch-size or raise replay_capacity"))
+    if cfg.num_processes >= 1 and cfg.replay_capacity >= 1 and cfg.replay_capacity // cfg.num_processes < 64:
+        problems.append(_problem("replay_capacity", cfg.replay_capacity,
+                                 f"must hold at least 64 transitions per collector ({cfg.num_processes} collectors)",
+                                 "raise replay_capacity or lower num_processes"))
+    if cfg.learning_starts > cfg.replay_capacity >= 1:
+        problems.append(_problem("learning_starts", cfg.learning_starts,
+                                 f"must not exceed replay_capacity ({cfg.replay_capacity})", "lower learning_starts"))
+    if cfg.grad_accum >= 1 and cfg.batch_size >= 1 and cfg.batch_size % cfg.grad_accum:
+        problems.append(_problem("grad_accum", cfg.grad_accum, f"must divide batch_size ({cfg.batch_size})",
+                                 "pick a divisor of the batch size"))
+    if cfg.num_processes > 256:
+        problems.append(_problem("num_processes", cfg.num_processes, "must be <= 256", "use fewer collectors"))
+    try:
+        from envs import EnvIdError, validate_env_id
+
+        validate_env_id(cfg.env_id)
+    except EnvIdError as exc:
+        problems.append(f"env_id={cfg.env_id!r}: {exc}")
+    if problems:
+        raise ConfigError(_summarise(problems))
