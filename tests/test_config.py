@@ -1,0 +1,110 @@
+"""config.py: precedence, presets, provenance, and validation that names every problem."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import config
+from config import PRESETS, Config, ConfigError, Hardware, auto_preset, resolve_config, validate
+
+CPU_BOX = Hardware(cores=2, memory_gb=24.0, gpu=False)
+
+
+def test_precedence_command_line_over_knobs_over_preset_over_defaults():
+    resolved = resolve_config({"batch_size": 48}, preset="laptop", knobs={"batch_size": 40, "num_processes": 3})
+    cfg = resolved.config
+    assert cfg.batch_size == 48 and resolved.sources["batch_size"] == "command line"
+    assert cfg.num_processes == 3 and resolved.sources["num_processes"] == "config.py knob"
+    assert cfg.replay_capacity == PRESETS["laptop"]["replay_capacity"]
+    assert resolved.sources["replay_capacity"].startswith("preset")
+    assert cfg.gamma == Config().gamma and resolved.sources["gamma"] == "default"
+
+
+def test_none_knobs_keep_the_preset_value():
+    resolved = resolve_config({}, preset="cpu", knobs={"batch_size": None, "num_processes": None})
+    assert resolved.config.batch_size == PRESETS["cpu"]["batch_size"]
+    assert resolved.config.num_processes == PRESETS["cpu"]["num_processes"]
+
+
+def test_module_knobs_are_read(monkeypatch):
+    monkeypatch.setattr(config, "NUM_PROCESSES", 5)
+    monkeypatch.setattr(config, "PRESET", "cpu")
+    resolved = resolve_config({})
+    assert resolved.config.num_processes == 5 and resolved.preset == "cpu"
+
+
+@pytest.mark.parametrize("name", ["cpu", "laptop", "desktop", "server", "tiny"])
+def test_every_preset_is_valid(name):
+    resolve_config({}, preset=name, knobs={})
+
+
+def test_auto_preset_follows_the_hardware():
+    name, values = auto_preset(CPU_BOX)
+    assert name == "cpu" and values["num_processes"] == 1
+    name, values = auto_preset(Hardware(cores=32, memory_gb=256, gpu=True))
+    assert name == "server" and values["num_processes"] == 31
+    name, values = auto_preset(Hardware(cores=4, memory_gb=1.0, gpu=False))
+    assert name == "laptop" and values["replay_capacity"] == int(2**30 / 4 / 7200)  # a quarter of the RAM
+    name, values = auto_preset(Hardware(cores=4, memory_gb=0.1, gpu=False))
+    assert values["replay_capacity"] == 10_000  # never below the floor
+    resolved = resolve_config({}, preset="auto", knobs={}, hardware=CPU_BOX)
+    assert resolved.preset == "auto -> cpu"
+
+
+def test_describe_lists_every_field_with_its_source():
+    text = resolve_config({"seed": 3}, preset="tiny", knobs={}).describe()
+    for field in dataclasses.fields(Config):
+        assert field.name in text
+    assert "command line" in text and "preset" in text
+
+
+@pytest.mark.parametrize(
+    ("overrides", "field", "fragment"),
+    [
+        ({"num_processes": 0}, "num_processes", ">= 1"),
+        ({"batch_size": -4}, "batch_size", ">= 1"),
+        ({"batch_size": 5000, "replay_capacity": 4000}, "batch_size", "must not exceed replay_capacity"),
+        ({"env_id": "SuperMarioBros-9-1-v0"}, "env_id", "SuperMarioBros-9-1-v0"),
+        ({"gamma": 1.5}, "gamma", "(0, 1]"),
+        ({"action_set": "everything"}, "action_set", "right_only"),
+        ({"grad_accum": 3, "batch_size": 16}, "grad_accum", "divide"),
+        ({"learning_rate": float("nan")}, "learning_rate", "float"),
+        ({"num_processes": True}, "num_processes", "int"),
+    ],
+)
+def test_invalid_values_name_field_value_rule_and_fix(overrides, field, fragment):
+    with pytest.raises(ConfigError) as info:
+        resolve_config(overrides, preset="tiny", knobs={})
+    message = str(info.value)
+    assert "\n" not in message
+    assert field in message and fragment in message
+
+
+def test_every_problem_is_reported_at_once():
+    with pytest.raises(ConfigError) as info:
+        resolve_config({"num_processes": 0, "batch_size": -1, "gamma": 2.0}, preset="tiny", knobs={})
+    message = str(info.value)
+    assert "3 problems" in message
+    assert all(name in message for name in ("num_processes", "batch_size", "gamma"))
+
+
+def test_unknown_preset_is_a_config_error():
+    with pytest.raises(ConfigError, match="unknown preset 'huge'"):
+        resolve_config({}, preset="huge", knobs={})
+
+
+FIELD_VALUES = st.one_of(st.integers(-10**12, 10**12), st.floats(allow_nan=True, allow_infinity=True),
+                         st.text(max_size=12), st.booleans(), st.none(), st.lists(st.integers(), max_size=2))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.dictionaries(st.sampled_from([f.name for f in dataclasses.fields(Config)]), FIELD_VALUES, max_size=6))
+def test_fuzzed_configs_only_ever_raise_config_error(values):
+    try:
+        validate(dataclasses.replace(Config(env_id="Catch-v0"), **values))
+    except ConfigError as exc:
+        assert "\n" not in str(exc)

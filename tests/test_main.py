@@ -1,0 +1,48 @@
+"""main.py: the command-line contract. User errors are one line on stderr and exit 2."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def run_main(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "main.py", *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+@pytest.mark.parametrize(
+    ("args", "fragment"),
+    [
+        (["--preset", "huge"], "invalid choice: 'huge'"),
+        (["--num-processes", "0"], "num_processes=0"),
+        (["--batch-size", "-3"], "batch_size=-3"),
+        (["--preset", "tiny", "--batch-size", "5000"], "must not exceed replay_capacity"),
+        (["--env", "SuperMarioBros-9-1-v0"], "SuperMarioBros-9-1-v0"),
+        (["--env", "Pong-v5"], "Pong-v5"),
+        (["--num-processes", "two"], "expected a whole number, got 'two'"),
+        (["--device", "tpu"], "invalid choice: 'tpu'"),
+        (["--frobnicate"], "unrecognized arguments"),
+        (["--resume", "/nonexistent/ckpt.pt", "--preset", "tiny"], "no such file or directory"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(args, fragment):
+    result = run_main(*args)
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("main.py: error:") and fragment in lines[0]
+    assert "Traceback" not in result.stderr and result.stdout == ""
+
+
+def test_print_config_shows_values_and_sources_and_nothing_else():
+    result = run_main("--preset", "tiny", "--batch-size", "8", "--print-config")
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == ""  # no banners, no warnings
+    assert "batch_size" in result.stdout and "8" in result.stdout and "command line" in result.stdout
+    assert "preset: tiny" in result.stdout
