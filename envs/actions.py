@@ -1,0 +1,65 @@
+"""Discrete action sets for Mario: names, button lists and NES controller bytes.
+
+The button lists are the ones ``gym_super_mario_bros.actions`` ships (RIGHT_ONLY,
+SIMPLE_MOVEMENT, COMPLEX_MOVEMENT). The emulator takes one byte per frame in which
+each bit is a controller button; the bit layout below is the NES controller's (the
+same table ``nes_py.wrappers.JoypadSpace`` uses, rebuilt here because JoypadSpace is
+a legacy-gym wrapper and its table is private).
+"""
+
+from __future__ import annotations
+
+from envs.legacy import load_legacy
+
+ACTION_SET_NAMES: tuple[str, ...] = ("right_only", "simple", "complex")
+DEFAULT_ACTION_SET = "simple"
+
+# NES controller bits, most significant first: right left down up start select B A.
+BUTTON_BITS: dict[str, int] = {
+    "right": 0b10000000,
+    "left": 0b01000000,
+    "down": 0b00100000,
+    "up": 0b00010000,
+    "start": 0b00001000,
+    "select": 0b00000100,
+    "B": 0b00000010,
+    "A": 0b00000001,
+    "NOOP": 0b00000000,
+}
+
+
+def validate_action_set(name: str) -> None:
+    """Raise ValueError naming the accepted action sets if ``name`` is not one of them."""
+    if name not in ACTION_SET_NAMES:
+        raise ValueError(
+            f"unknown action set {name!r}: use one of {', '.join(ACTION_SET_NAMES)} "
+            f"(default {DEFAULT_ACTION_SET!r})"
+        )
+
+
+def button_lists(name: str) -> list[list[str]]:
+    """Return the package's button lists for an action set (index = discrete action)."""
+    validate_action_set(name)
+    legacy = load_legacy()
+    table = {
+        "right_only": legacy.right_only,
+        "simple": legacy.simple_movement,
+        "complex": legacy.complex_movement,
+    }
+    # Copies, so callers cannot edit the package's module-level lists.
+    return [list(buttons) for buttons in table[name]]
+
+
+def buttons_to_byte(buttons: list[str]) -> int:
+    """OR the controller bits of the named buttons into one emulator action byte."""
+    byte = 0
+    for button in buttons:
+        if button not in BUTTON_BITS:
+            raise ValueError(f"unknown NES button {button!r}: use one of {', '.join(BUTTON_BITS)}")
+        byte |= BUTTON_BITS[button]
+    return byte
+
+
+def action_bytes(name: str) -> list[int]:
+    """Return the emulator byte of every discrete action of an action set."""
+    return [buttons_to_byte(buttons) for buttons in button_lists(name)]

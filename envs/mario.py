@@ -1,0 +1,181 @@
+"""Gymnasium adapter around the legacy Super Mario Bros emulator env.
+
+:class:`MarioEnv` builds ``gym_super_mario_bros.smb_env.SuperMarioBrosEnv`` directly
+(never ``gym.make``, whose legacy env checker breaks on it) in ``__init__``, i.e. in the
+process that will step it: the emulator is a C++ object behind ctypes pointers and must
+never be pickled, so worker processes construct their own env.
+
+The adapter speaks the gymnasium API: ``reset(seed=, options=) -> (obs, info)`` and
+``step(byte) -> (obs, reward, terminated, truncated, info)``. The action is the raw NES
+controller byte (0-255); :class:`envs.wrappers.ActionSet` maps discrete actions onto it.
+
+Legacy behaviour worth knowing:
+
+* the emulator's ``screen`` is a strided *view* of the emulator's frame buffer that the
+  next frame overwrites, so every observation is copied out here;
+* ``reset`` restores a snapshot taken after the start screen, so a fixed stage replays
+  identically from the same actions; the legacy ``seed`` only seeds an RNG the
+  emulator never uses. Only random stages consume randomness (the stage choice);
+* ``done`` covers every game-terminal event (life lost in a stage env, game over in a
+  full-game env, flag, time up), so it maps to ``terminated`` and ``truncated`` is
+  always False here (time/progress limits are wrappers).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import gymnasium
+import numpy as np
+from gymnasium import spaces
+
+from envs.ids import STAGES, WORLDS, EnvIdError, parse_env_id
+from envs.legacy import load_legacy
+
+FRAME_SHAPE: tuple[int, int, int] = (240, 256, 3)
+
+
+def _parse_stage(text: str) -> tuple[int, int]:
+    """Parse a "world-stage" string such as "1-2" (the legacy random-stages format)."""
+    try:
+        world_text, stage_text = text.split("-")
+        world, stage = int(world_text), int(stage_text)
+    except ValueError:
+        raise ValueError(f"bad stage {text!r}: use 'world-stage', e.g. '1-2'") from None
+    if world not in WORLDS or stage not in STAGES:
+        raise ValueError(f"bad stage {text!r}: world must be 1-8 and stage 1-4")
+    return world, stage
+
+
+def _plain_info(info: dict[str, Any]) -> dict[str, Any]:
+    """Turn NumPy scalars read from emulator RAM into Python scalars.
+
+    Values like ``life`` are ``np.uint8``; downstream code sums, compares, logs and
+    JSON-encodes them, where uint8 wraps around or fails to serialise.
+    """
+    return {key: value.item() if isinstance(value, np.generic) else value for key, value in info.items()}
+
+
+class MarioEnv(gymnasium.Env[np.ndarray, int]):
+    """One Super Mario Bros env id as a gymnasium env with raw RGB observations.
+
+    Observation: the emulator frame, ``(240, 256, 3)`` uint8, a fresh array each step.
+    Action: the NES controller byte, ``Discrete(256)``.
+    Info: ``x_pos, y_pos, flag_get, world, stage, life, score, time, coins, status``
+    (Python scalars), on reset as well as on every step.
+
+    Attributes:
+        last_rgb: the colour frame of the latest reset/step (the array last returned
+            as the observation), for video capture from below any wrapper stack.
+        env_id: the id this env was built from.
+    """
+
+    metadata = {"render_modes": ["rgb_array"], "render_fps": 60}
+
+    def __init__(
+        self,
+        env_id: str = "SuperMarioBros-1-1-v0",
+        *,
+        stages: Sequence[str] | None = None,
+        render_mode: str | None = None,
+    ) -> None:
+        """Build the emulator for ``env_id`` in this process.
+
+        Args:
+            env_id: a Mario id (see :data:`envs.ids.ENV_ID_HELP`).
+            stages: random-stages ids only: sample from these "world-stage" strings
+                instead of all 32 stages (as the legacy env's ``stages`` argument).
+            render_mode: None or "rgb_array" (returns :attr:`last_rgb`).
+        """
+        spec = parse_env_id(env_id)
+        if spec.kind == "catch":
+            raise EnvIdError(f"env id {env_id!r} is not a Mario id; build it with envs.make_env")
+        if render_mode not in (None, "rgb_array"):
+            raise ValueError(f"unsupported render_mode {render_mode!r}: use None or 'rgb_array'")
+        if stages is not None and spec.kind != "mario_random_stages":
+            raise ValueError(f"stages= only applies to SuperMarioBrosRandomStages ids, not {env_id!r}")
+        self.env_id = env_id
+        self.render_mode = render_mode
+        self.observation_space = spaces.Box(low=0, high=255, shape=FRAME_SHAPE, dtype=np.uint8)
+        self.action_space = spaces.Discrete(256)
+        self._spec = spec
+        self._smb_class = load_legacy().SuperMarioBrosEnv
+        self._random_stages = spec.kind == "mario_random_stages"
+        self._stages = [_parse_stage(s) for s in stages] if stages is not None else None
+        # Emulators by target. A random-stages env builds each stage's emulator on first
+        # use instead of all 32 up front as the legacy SuperMarioBrosRandomStagesEnv does
+        # (about 8 s of start-screen skipping per env, per worker).
+        self._emulators: dict[tuple[int, int] | None, Any] = {}
+        self._emulator: Any = None
+        # Random stages draw their target at each reset.
+        self._current_target: tuple[int, int] | None = None if self._random_stages else spec.target
+        if not self._random_stages:
+            self._emulator = self._build(spec.target)
+        self.last_rgb: np.ndarray = np.zeros(FRAME_SHAPE, dtype=np.uint8)
+
+    def _build(self, target: tuple[int, int] | None) -> Any:
+        """Return the (cached) legacy emulator env for a target stage."""
+        if target not in self._emulators:
+            self._emulators[target] = self._smb_class(
+                rom_mode=self._spec.rom_mode, lost_levels=self._spec.lost_levels, target=target
+            )
+        return self._emulators[target]
+
+    def _sample_stage(self, options: dict[str, Any] | None) -> tuple[int, int]:
+        """Pick the next random stage (``options["stages"]`` overrides, as in the legacy env)."""
+        stages = self._stages
+        if options is not None and options.get("stages"):
+            stages = [_parse_stage(s) for s in options["stages"]]
+        if stages:
+            return stages[int(self.np_random.integers(len(stages)))]
+        world = int(self.np_random.integers(WORLDS.start, WORLDS.stop))
+        stage = int(self.np_random.integers(STAGES.start, STAGES.stop))
+        return world, stage
+
+    @property
+    def stage_target(self) -> tuple[int, int] | None:
+        """The (world, stage) the current emulator is pinned to (None for full-game ids)."""
+        return self._current_target
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[np.ndarray, dict[str, Any]]:
+        """Restore the post-start-screen snapshot (of a newly drawn stage for random stages)."""
+        super().reset(seed=seed)
+        if self._random_stages:
+            self._current_target = self._sample_stage(options)
+            self._emulator = self._build(self._current_target)
+        if self._emulator is None:
+            raise RuntimeError("MarioEnv is closed")
+        screen = self._emulator.reset()
+        self.last_rgb = np.array(screen)  # copy: the screen view changes on the next frame
+        # The legacy reset returns no info; its own info builder reads the same RAM fields.
+        return self.last_rgb, _plain_info(self._emulator._get_info())
+
+    def step(self, action: int) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+        """Run one NES frame with controller byte ``action``."""
+        if not 0 <= action <= 255:
+            raise ValueError(f"action must be an NES controller byte 0-255, got {action!r}")
+        if self._emulator is None:
+            raise RuntimeError("MarioEnv is closed")
+        screen, reward, done, info = self._emulator.step(int(action))
+        self.last_rgb = np.array(screen)
+        return self.last_rgb, float(reward), bool(done), False, _plain_info(info)
+
+    def render(self) -> np.ndarray | None:
+        """Return the latest colour frame when ``render_mode="rgb_array"``."""
+        if self.render_mode == "rgb_array":
+            return self.last_rgb
+        return None
+
+    def render_rgb(self) -> np.ndarray:
+        """Return the latest (240, 256, 3) colour frame, whatever the render mode."""
+        return self.last_rgb
+
+    def close(self) -> None:
+        """Free the emulators (safe to call more than once)."""
+        for emulator in self._emulators.values():
+            emulator.close()
+        self._emulators.clear()
+        self._emulator = None

@@ -1,0 +1,185 @@
+"""Gymnasium wrappers that turn the raw Mario adapter into the agent's environment.
+
+Stack order (built by :func:`envs.make_env`)::
+
+    MarioEnv -> ActionSet -> MaxAndSkip -> Grayscale -> Resize -> RewardScale
+             -> NoProgressTruncation -> TimeLimit
+
+giving ``(84, 84)`` uint8 observations (frames are stacked later, by the replay
+memory). ``TimeLimit`` is gymnasium's own and is re-exported here.
+"""
+
+from __future__ import annotations
+
+from typing import Any, SupportsFloat
+
+import cv2
+import gymnasium
+import numpy as np
+from gymnasium import spaces
+from gymnasium.wrappers import ResizeObservation, TimeLimit
+
+from envs.actions import DEFAULT_ACTION_SET, action_bytes, button_lists
+
+__all__ = [
+    "ActionSet",
+    "Grayscale",
+    "MaxAndSkip",
+    "NoProgressTruncation",
+    "Resize",
+    "RewardScale",
+    "TimeLimit",
+]
+
+
+class ActionSet(gymnasium.ActionWrapper[np.ndarray, int, int]):
+    """Map discrete actions to NES controller bytes (a gymnasium JoypadSpace).
+
+    Action ``i`` presses the buttons of entry ``i`` of the chosen
+    ``gym_super_mario_bros.actions`` list: "right_only" (5 actions), "simple"
+    (SIMPLE_MOVEMENT, 7) or "complex" (12).
+    """
+
+    def __init__(self, env: gymnasium.Env[np.ndarray, int], name: str = DEFAULT_ACTION_SET) -> None:
+        super().__init__(env)
+        self.name = name
+        self._bytes = action_bytes(name)
+        self._meanings = [" ".join(buttons) for buttons in button_lists(name)]
+        self.action_space = spaces.Discrete(len(self._bytes))
+
+    def action(self, action: int) -> int:
+        """Return the controller byte of discrete ``action``."""
+        # Explicit check: a negative index would otherwise silently pick from the end.
+        if not 0 <= action < len(self._bytes):
+            raise ValueError(
+                f"action {action!r} out of range for action set {self.name!r} (0-{len(self._bytes) - 1})"
+            )
+        return self._bytes[int(action)]
+
+    def get_action_meanings(self) -> list[str]:
+        """Return the buttons of each action, e.g. "right A" for action 2 of "simple"."""
+        return list(self._meanings)
+
+
+class MaxAndSkip(gymnasium.Wrapper[np.ndarray, Any, np.ndarray, Any]):
+    """Repeat an action ``skip`` frames; sum rewards; max the last two frames.
+
+    The NES flickers sprites on alternate frames when too many share a scanline, so the
+    elementwise max of the last two frames keeps every sprite visible. Stops early when
+    the episode ends; the observation is then the max of the last two frames actually
+    produced (just that frame if the episode ended on the first one).
+
+    Unlike ``gymnasium.wrappers.MaxAndSkipObservation``, which on an early stop maxes
+    frames left over from the previous agent step, the terminal observation here is
+    always from this step. Requires the wrapped env to return a fresh array per step
+    (as :class:`envs.mario.MarioEnv` does).
+    """
+
+    def __init__(self, env: gymnasium.Env[np.ndarray, Any], skip: int = 4) -> None:
+        super().__init__(env)
+        if not isinstance(skip, (int, np.integer)) or skip < 1:
+            raise ValueError(f"frame skip must be an integer >= 1, got {skip!r}")
+        self.skip = int(skip)
+
+    def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+        """Step ``skip`` frames (fewer if the episode ends) with the same action."""
+        total_reward = 0.0
+        previous: np.ndarray | None = None
+        obs: np.ndarray | None = None
+        for _ in range(self.skip):
+            previous = obs
+            obs, reward, terminated, truncated, info = self.env.step(action)
+            total_reward += float(reward)
+            if terminated or truncated:
+                break
+        if previous is not None:
+            obs = np.maximum(previous, obs)
+        return obs, total_reward, terminated, truncated, info
+
+
+class Grayscale(gymnasium.ObservationWrapper[np.ndarray, Any, np.ndarray]):
+    """RGB ``(H, W, 3)`` uint8 -> luma ``(H, W)`` uint8 via OpenCV (ITU-R 601 weights)."""
+
+    def __init__(self, env: gymnasium.Env[np.ndarray, Any]) -> None:
+        super().__init__(env)
+        height, width, _ = env.observation_space.shape
+        self.observation_space = spaces.Box(low=0, high=255, shape=(height, width), dtype=np.uint8)
+
+    def observation(self, observation: np.ndarray) -> np.ndarray:
+        """Convert one frame."""
+        return cv2.cvtColor(observation, cv2.COLOR_RGB2GRAY)
+
+
+class Resize(ResizeObservation):
+    """Resize frames to ``(height, width)`` with OpenCV area interpolation.
+
+    A named-argument front for ``gymnasium.wrappers.ResizeObservation``, which already
+    uses ``cv2.resize(..., interpolation=cv2.INTER_AREA)``; area averaging (rather than
+    nearest/bilinear sampling) keeps thin sprites and edges from aliasing away.
+    """
+
+    def __init__(self, env: gymnasium.Env[np.ndarray, Any], height: int = 84, width: int = 84) -> None:
+        super().__init__(env, (int(height), int(width)))
+
+
+class RewardScale(gymnasium.RewardWrapper[np.ndarray, Any]):
+    """Multiply every reward by ``scale``."""
+
+    def __init__(self, env: gymnasium.Env[np.ndarray, Any], scale: float) -> None:
+        super().__init__(env)
+        if not np.isfinite(scale) or scale <= 0:
+            raise ValueError(f"reward scale must be a finite number > 0, got {scale!r}")
+        self.scale = float(scale)
+
+    def reward(self, reward: SupportsFloat) -> float:
+        """Scale one reward."""
+        return float(reward) * self.scale
+
+
+class NoProgressTruncation(gymnasium.Wrapper[np.ndarray, Any, np.ndarray, Any]):
+    """Truncate when ``info["x_pos"]`` sets no new maximum for ``max_steps`` steps.
+
+    Cuts episodes where the agent is stuck (e.g. pressing into a pipe) instead of
+    letting it burn the stage timer. The maximum restarts whenever world, stage or
+    life changes, since a respawn or a new stage starts x_pos from the left again and
+    would otherwise count as no progress. ``max_steps=0`` disables the wrapper. A step
+    that is already terminal is not also marked truncated.
+    """
+
+    def __init__(self, env: gymnasium.Env[np.ndarray, Any], max_steps: int) -> None:
+        super().__init__(env)
+        if not isinstance(max_steps, (int, np.integer)) or max_steps < 0:
+            raise ValueError(f"no-progress steps must be an integer >= 0 (0 disables), got {max_steps!r}")
+        self.max_steps = int(max_steps)
+        self._best_x = 0
+        self._stalled = 0
+        self._attempt: tuple[Any, ...] = ()
+
+    @staticmethod
+    def _attempt_key(info: dict[str, Any]) -> tuple[Any, ...]:
+        return (info.get("world"), info.get("stage"), info.get("life"))
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[np.ndarray, dict[str, Any]]:
+        """Reset and start counting from the starting x position."""
+        obs, info = self.env.reset(seed=seed, options=options)
+        self._best_x = info["x_pos"]
+        self._stalled = 0
+        self._attempt = self._attempt_key(info)
+        return obs, info
+
+    def step(self, action: Any) -> tuple[np.ndarray, SupportsFloat, bool, bool, dict[str, Any]]:
+        """Step and truncate after ``max_steps`` consecutive steps without a new maximum."""
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        x_pos = info["x_pos"]
+        attempt = self._attempt_key(info)
+        if attempt != self._attempt or x_pos > self._best_x:
+            self._attempt = attempt
+            self._best_x = x_pos
+            self._stalled = 0
+        else:
+            self._stalled += 1
+        if self.max_steps and self._stalled >= self.max_steps and not terminated:
+            truncated = True
+        return obs, reward, terminated, truncated, info
