@@ -15,6 +15,7 @@ imported (quietly, see :mod:`envs.legacy`) when a Mario env or action set is nee
 from envs.actions import ACTION_SET_NAMES, DEFAULT_ACTION_SET
 from envs.factory import make_env, num_actions
 from envs.ids import CATCH_ID, ENV_ID_HELP, ENV_IDS, EnvIdError, validate_env_id
+from envs.wrappers import preprocess_ns
 
 __all__ = [
     "ACTION_SET_NAMES",
@@ -25,5 +26,6 @@ __all__ = [
     "EnvIdError",
     "make_env",
     "num_actions",
+    "preprocess_ns",
     "validate_env_id",
 ]

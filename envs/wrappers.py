@@ -11,6 +11,8 @@ memory). ``TimeLimit`` is gymnasium's own and is re-exported here.
 
 from __future__ import annotations
 
+import time
+
 from typing import Any, SupportsFloat
 
 import cv2
@@ -105,9 +107,14 @@ class Grayscale(gymnasium.ObservationWrapper[np.ndarray, Any, np.ndarray]):
         height, width, _ = env.observation_space.shape
         self.observation_space = spaces.Box(low=0, high=255, shape=(height, width), dtype=np.uint8)
 
+        self.elapsed_ns = 0  # time spent converting, read by preprocess_ns()
+
     def observation(self, observation: np.ndarray) -> np.ndarray:
         """Convert one frame."""
-        return cv2.cvtColor(observation, cv2.COLOR_RGB2GRAY)
+        start = time.perf_counter_ns()
+        gray = cv2.cvtColor(observation, cv2.COLOR_RGB2GRAY)
+        self.elapsed_ns += time.perf_counter_ns() - start
+        return gray
 
 
 class Resize(ResizeObservation):
@@ -120,6 +127,26 @@ class Resize(ResizeObservation):
 
     def __init__(self, env: gymnasium.Env[np.ndarray, Any], height: int = 84, width: int = 84) -> None:
         super().__init__(env, (int(height), int(width)))
+        self.elapsed_ns = 0  # time spent resizing, read by preprocess_ns()
+
+    def observation(self, observation: np.ndarray) -> np.ndarray:
+        start = time.perf_counter_ns()
+        resized = super().observation(observation)
+        self.elapsed_ns += time.perf_counter_ns() - start
+        return resized
+
+
+def preprocess_ns(env: gymnasium.Env) -> int:
+    """Nanoseconds the preprocessing wrappers of ``env`` have spent so far.
+
+    The collector subtracts this from the time of ``env.step`` to report emulation and
+    preprocessing as separate phases.
+    """
+    total = 0
+    while isinstance(env, gymnasium.Wrapper):
+        total += getattr(env, "elapsed_ns", 0)
+        env = env.env
+    return total
 
 
 class RewardScale(gymnasium.RewardWrapper[np.ndarray, Any]):
