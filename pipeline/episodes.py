@@ -53,7 +53,9 @@ def decode(payload: bytes) -> EpisodeSummary:
     if not isinstance(obj, dict) or set(obj) != set(_FIELD_TYPES):
         raise ValueError("episode record has the wrong fields")
     for name, type_name in _FIELD_TYPES.items():
-        if not isinstance(obj[name], _PY_TYPES[type_name]):
+        value = obj[name]
+        # bool is an int subclass: reject True/False in int and float fields too.
+        if not isinstance(value, _PY_TYPES[type_name]) or (type_name != "bool" and isinstance(value, bool)):
             raise ValueError(f"episode field {name!r} is not a {type_name}")
     return EpisodeSummary(**obj)
 

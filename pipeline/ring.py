@@ -228,7 +228,11 @@ class TransitionRing:
         header = np.frombuffer(buf, np.uint64, 8, 0)
         if int(header[0]) != MAGIC or int(header[1]) != LAYOUT_VERSION:
             raise ValueError("shared memory block is not an initialised transition ring")
-        return cls(buf, RingLayout(int(header[2]), int(header[3]), int(header[4])))
+        layout = RingLayout(int(header[2]), int(header[3]), int(header[4]))
+        too_big = layout.total_bytes > memoryview(buf).nbytes
+        if min(layout.num_slots, layout.capacity, layout.episode_cells) < 1 or too_big:
+            raise ValueError(f"transition ring header describes {layout}, which does not fit the block")
+        return cls(buf, layout)
 
     def close(self) -> None:
         """Drop every numpy view so the segment can be closed."""
