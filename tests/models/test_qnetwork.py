@@ -1,0 +1,119 @@
+"""Tests for models.qnetwork: shapes, dtypes, BatchNorm layout, heads and state_dict."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from models import QNetwork, build_qnetwork
+
+
+def _obs(batch: int = 2, stack: int = 4, seed: int = 0) -> torch.Tensor:
+    gen = torch.Generator().manual_seed(seed)
+    return torch.randint(0, 256, (batch, stack, 84, 84), dtype=torch.uint8, generator=gen)
+
+
+@pytest.mark.parametrize("dueling", [True, False])
+def test_output_shape_and_dtype(dueling: bool) -> None:
+    net = QNetwork(num_actions=7, frame_stack=4, dueling=dueling)
+    q = net(_obs(batch=3))
+    assert q.shape == (3, 7)
+    assert q.dtype == torch.float32
+    assert torch.isfinite(q).all()
+
+
+def test_uint8_input_is_scaled_inside_forward() -> None:
+    net = QNetwork(5).eval()
+    obs = _obs()
+    with torch.no_grad():
+        from_uint8 = net(obs)
+        # A float input holding the same 0..255 values must give the same result, and
+        # must not be modified in place by the scaling.
+        as_float = obs.float()
+        before = as_float.clone()
+        from_float = net(as_float)
+    torch.testing.assert_close(from_uint8, from_float)
+    assert torch.equal(as_float, before)
+
+
+@pytest.mark.parametrize("train", [False, True])
+def test_channels_last_is_only_a_layout_change(train: bool) -> None:
+    torch.manual_seed(0)
+    default = QNetwork(5).train(train)
+    fast = QNetwork(5, channels_last=True).train(train)
+    fast.load_state_dict(default.state_dict())
+    obs = _obs(batch=4)
+    torch.testing.assert_close(fast(obs), default(obs), rtol=1e-4, atol=1e-5)
+    assert all(t.is_contiguous() for t in fast.state_dict().values())
+
+
+def test_other_frame_stack() -> None:
+    net = QNetwork(num_actions=3, frame_stack=2)
+    assert net(_obs(batch=2, stack=2)).shape == (2, 3)
+
+
+def test_batchnorm_after_each_conv_and_convs_have_no_bias() -> None:
+    net = QNetwork(7)
+    layers = list(net.features)
+    convs = [i for i, layer in enumerate(layers) if isinstance(layer, nn.Conv2d)]
+    assert len(convs) == 3
+    for i in convs:
+        conv, bn = layers[i], layers[i + 1]
+        assert conv.bias is None
+        assert isinstance(bn, nn.BatchNorm2d)
+        assert bn.num_features == conv.out_channels
+        assert isinstance(layers[i + 2], nn.ReLU)
+    shapes = [(layers[i].out_channels, layers[i].kernel_size, layers[i].stride) for i in convs]
+    assert shapes == [(32, (8, 8), (4, 4)), (64, (4, 4), (2, 2)), (64, (3, 3), (1, 1))]
+    assert net.fc[0].in_features == 3136 and net.fc[0].out_features == 512
+
+
+def test_dueling_head_vs_plain_head() -> None:
+    dueling = QNetwork(6, dueling=True)
+    plain = QNetwork(6, dueling=False)
+    assert hasattr(dueling, "value") and hasattr(dueling, "advantage")
+    assert not hasattr(dueling, "head")
+    assert hasattr(plain, "head") and not hasattr(plain, "value")
+    assert dueling.value.out_features == 1 and dueling.advantage.out_features == 6
+
+    # The dueling output is V + A - mean(A): check against the head outputs directly.
+    dueling.eval()
+    obs = _obs(batch=4)
+    with torch.no_grad():
+        hidden = dueling.fc(dueling.features(obs.float() / 255.0))
+        value, adv = dueling.value(hidden), dueling.advantage(hidden)
+        expected = value + adv - adv.mean(dim=1, keepdim=True)
+        torch.testing.assert_close(dueling(obs), expected)
+
+
+def test_state_dict_includes_batchnorm_buffers() -> None:
+    state = QNetwork(7).state_dict()
+    for index in (1, 4, 7):  # BatchNorm positions inside `features`
+        for buffer in ("running_mean", "running_var", "num_batches_tracked"):
+            assert f"features.{index}.{buffer}" in state
+    assert not any(key.endswith(".bias") and key.startswith("features.0") for key in state)
+
+
+def test_train_mode_updates_running_stats() -> None:
+    net = QNetwork(4).train()
+    before = net.features[1].running_mean.clone()
+    net(_obs(batch=4))
+    assert not torch.equal(before, net.features[1].running_mean)
+    assert int(net.features[1].num_batches_tracked) == 1
+
+
+def test_build_qnetwork_is_inference_ready() -> None:
+    net = build_qnetwork(5, frame_stack=4, dueling=False)
+    assert isinstance(net, QNetwork)
+    assert not net.training
+    assert not any(p.requires_grad for p in net.parameters())
+    assert next(net.parameters()).device.type == "cpu"
+    assert net(_obs()).shape == (2, 5)
+
+
+def test_rejects_bad_sizes() -> None:
+    with pytest.raises(ValueError):
+        QNetwork(0)
+    with pytest.raises(ValueError):
+        QNetwork(3, frame_stack=0)
