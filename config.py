@@ -144,6 +144,7 @@ class Config:
 
 
 FIELD_NAMES: frozenset[str] = frozenset(f.name for f in fields(Config))
+FIELD_TYPES: dict[str, str] = {f.name: str(f.type) for f in fields(Config)}
 
 # Presets change only what differs from the defaults. Sizes follow the hardware: the
 # collectors should keep every core but the learner's busy; the replay fills the RAM
@@ -158,7 +159,8 @@ PRESETS: dict[str, dict[str, Any]] = {
     "server": dict(num_processes=16, batch_size=256, replay_capacity=1_000_000, replay_ratio=8.0,
                    device="cuda", replay_device="cuda", ring_capacity=4096,
                    updates_per_epoch=250),
-    "tiny": dict(env_id="Catch-v0", num_processes=1, batch_size=16, replay_capacity=4_000,
+    "tiny": dict(env_id="Catch-v0", reward_scale=1.0, num_processes=1, batch_size=16, replay_capacity=4_000,
+                 learning_rate=5e-4,
                  learning_starts=200, ring_capacity=64, replay_ratio=2.0, compile=False,
                  amp=False, device="cpu", learner_threads=1, updates_per_epoch=10,
                  epsilon_decay_frames=2_000, target_sync_updates=200, monitor="off",

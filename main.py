@@ -22,13 +22,12 @@ from typing import Any, NoReturn
 EXIT_USAGE = 2
 
 
-class UsageError(Exception):
-    """A user error: printed as one line, exit code 2."""
+from pipeline.errors import UserError
 
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:  # one line, not argparse's usage block
-        raise UsageError(f"{message} (see python main.py --help)")
+        raise UserError(f"{message} (see python main.py --help)")
 
 
 def _positive_int(text: str) -> int:
@@ -55,16 +54,46 @@ def build_parser() -> argparse.ArgumentParser:
                         help="skip torch.compile (eager learner)")
     parser.add_argument("--no-amp", dest="amp", action="store_const", const=False, help="full fp32 learner")
     parser.add_argument("--device", choices=("cpu", "cuda", "auto"), help="learner device")
+    parser.add_argument("--checkpoint-interval", dest="checkpoint_interval_s", type=float,
+                        help="seconds between periodic checkpoints")
     parser.add_argument("--monitor", choices=("auto", "table", "log", "off"), help="monitor display")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="FIELD=VALUE",
+                        help="set any config.py field, e.g. --set replay_ratio=4 (repeatable)")
     parser.add_argument("--print-config", action="store_true",
                         help="print the resolved configuration and where each value came from, then exit")
     return parser
 
 
+def parse_set_overrides(items: list[str]) -> dict[str, Any]:
+    """--set FIELD=VALUE pairs, each value parsed as its Config field's type."""
+    from config import FIELD_TYPES
+
+    values: dict[str, Any] = {}
+    for item in items:
+        name, sep, text = item.partition("=")
+        name = name.strip().replace("-", "_")
+        if not sep or name not in FIELD_TYPES:
+            raise UserError(f"--set {item!r}: expected FIELD=VALUE with FIELD a config.py setting "
+                            f"(see --print-config)")
+        kind = FIELD_TYPES[name]
+        try:
+            if kind == "bool":
+                if text.lower() not in ("true", "false", "1", "0", "yes", "no"):
+                    raise ValueError
+                values[name] = text.lower() in ("true", "1", "yes")
+            else:
+                values[name] = {"int": int, "float": float, "str": str}[kind](text)
+        except ValueError:
+            raise UserError(f"--set {item!r}: {name} takes a {kind} value, got {text!r}") from None
+    return values
+
+
 def cli_overrides(args: argparse.Namespace) -> dict[str, Any]:
     keys = ("num_processes", "batch_size", "env_id", "total_frames", "run_dir", "run_name", "resume", "seed",
-            "compile", "amp", "device", "monitor")
-    return {k: getattr(args, k) for k in keys if getattr(args, k) is not None}
+            "compile", "amp", "device", "monitor", "checkpoint_interval_s")
+    values = parse_set_overrides(args.overrides)
+    values.update({k: getattr(args, k) for k in keys if getattr(args, k) is not None})  # named flags win
+    return values
 
 
 def _setup_logging() -> None:
@@ -79,7 +108,7 @@ def run_train(argv: list[str]) -> int:
     try:
         resolved = resolve_config(cli_overrides(args), preset=args.preset)
     except ConfigError as exc:
-        raise UsageError(str(exc)) from None
+        raise UserError(str(exc)) from None
     if args.print_config:
         print(resolved.describe())
         return 0
@@ -90,7 +119,7 @@ def run_train(argv: list[str]) -> int:
     try:
         return Trainer(resolved.config, sources=resolved.sources).run()
     except (CheckpointError, TrainingError) as exc:
-        raise UsageError(str(exc)) from None
+        raise UserError(str(exc)) from None
 
 
 COMMANDS = {"train": run_train}
@@ -101,9 +130,13 @@ def main(argv: list[str] | None = None) -> int:
     command = "train"
     if argv and argv[0] in COMMANDS:
         command = argv.pop(0)
+    from config import ConfigError
+    from envs import EnvIdError
+    from pipeline.checkpoint import CheckpointError
+
     try:
         return COMMANDS[command](argv)
-    except UsageError as exc:
+    except (UserError, ConfigError, EnvIdError, CheckpointError) as exc:
         print(f"main.py: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
 
