@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import sys
 import time
 import traceback
 from dataclasses import dataclass
@@ -127,7 +128,8 @@ class Collector:
         self.weights_version = 0
         self.stack = np.zeros((self.cfg["frame_stack"], 84, 84), np.uint8)
         self.stack_tensor = torch.from_numpy(self.stack).unsqueeze(0)  # shares memory with stack
-        self.env_errors: list[float] = []
+        self.env_errors: list[float] = []  # times of recent env failures (bounded by the window)
+        self.seen_errors: set[str] = set()
         self.preprocess_done_ns = 0  # preprocessing time of envs this process already replaced
         self.fault_step = -1
         if args.fault.startswith("env_error:"):
@@ -166,21 +168,33 @@ class Collector:
         transitions.commit()
 
     def _env_failed(self) -> None:
-        """Log an environment exception once, rebuild the env, and back off if it repeats."""
+        """Log an environment exception, rebuild the env, and back off if it keeps failing.
+
+        The first occurrence of an error is logged with its traceback; repeats of the same
+        error get one line each, so a flapping env cannot flood the log.
+        """
         now = time.monotonic()
         self.env_errors = [t for t in self.env_errors if now - t < ENV_ERROR_WINDOW_S] + [now]
         self.header[R.ENV_ERRORS] = int(self.header[R.ENV_ERRORS]) + 1
-        self.logger.error("collector %d: environment raised; rebuilding it:\n%s", self.args.slot,
-                          traceback.format_exc())
+        error = traceback.format_exception_only(*sys.exc_info()[:2])[-1].strip()
+        if error not in self.seen_errors:
+            if len(self.seen_errors) < 100:
+                self.seen_errors.add(error)
+            self.logger.error("collector %d: environment raised; rebuilding it:\n%s", self.args.slot,
+                              traceback.format_exc())
+        else:
+            self.logger.error("collector %d: environment raised again (%s); rebuilding it", self.args.slot, error)
         if len(self.env_errors) >= ENV_ERROR_LIMIT:
-            self.logger.error("collector %d: %d environment failures in %.0f s; backing off %.0f s",
-                              self.args.slot, len(self.env_errors), ENV_ERROR_WINDOW_S, ENV_ERROR_BACKOFF_S)
+            self.logger.error("collector %d: %d environment failures in the last %.0f s; backing off %.0f s "
+                              "before rebuilding", self.args.slot, len(self.env_errors), ENV_ERROR_WINDOW_S,
+                              ENV_ERROR_BACKOFF_S)
             deadline = time.monotonic() + ENV_ERROR_BACKOFF_S
             while time.monotonic() < deadline:
                 if self._should_stop():
                     raise _Stop
                 self.header[R.HEARTBEAT_NS] = time.monotonic_ns()
                 time.sleep(0.1)
+            self.env_errors.clear()
         self.preprocess_done_ns += self._preprocess_ns(self.env)  # the new env's clock starts at 0
         try:
             self.env.close()
@@ -189,7 +203,11 @@ class Collector:
         self.env = self._build_env()
 
     def _maybe_inject_fault(self, steps: int) -> None:
-        if self.args.fault == "env_error_always" or steps == self.fault_step:
+        """Reliability tests only: raise inside env stepping as a broken emulator would."""
+        if self.args.fault == "env_error_always":
+            raise RuntimeError("injected environment fault (every step)")
+        if steps == self.fault_step:
+            self.fault_step = -1  # once
             raise RuntimeError(f"injected environment fault at step {steps}")
 
     # -- main loop ----------------------------------------------------------------------

@@ -23,6 +23,9 @@ logger = logging.getLogger("mario.supervisor")
 
 STARTUP_GRACE_S = 120.0  # importing torch and booting an emulator on a busy machine
 RESTART_WINDOW_S = 60.0
+# Fault injection for reliability tests: "SLOT:FAULT[,SLOT:FAULT]" with FAULT one of the
+# CollectorArgs.fault values; applied once, at the first start of that slot.
+FAULTS_ENV = "MARIO_INJECT_FAULTS"
 RESTARTS_BEFORE_BACKOFF = 3
 MAX_BACKOFF_S = 30.0
 
@@ -48,7 +51,7 @@ class Supervisor:
         self.target = target
         self.context = mp.get_context("spawn")
         self.states = [SlotState() for _ in slots]
-        self.faults: dict[int, str] = {}  # slot -> fault to inject at the next start (tests)
+        self.faults: dict[int, str] = parse_faults(os.environ.get(FAULTS_ENV, ""))  # slot -> fault, tests
         self.events: list[str] = []  # bounded log of restart reasons for the monitor
         self.stopping = False
 
@@ -138,3 +141,14 @@ class Supervisor:
 
     def alive(self) -> int:
         return sum(1 for s in self.states if s.process is not None and s.process.is_alive())
+
+
+def parse_faults(spec: str) -> dict[int, str]:
+    """Parse MARIO_INJECT_FAULTS ("0:env_error:50,1:env_error_always")."""
+    faults: dict[int, str] = {}
+    for item in filter(None, (part.strip() for part in spec.split(","))):
+        slot, _, fault = item.partition(":")
+        if not slot.isdigit() or not fault:
+            raise ValueError(f"{FAULTS_ENV}: bad entry {item!r}; use SLOT:FAULT, e.g. 0:env_error:50")
+        faults[int(slot)] = fault
+    return faults

@@ -1,0 +1,137 @@
+"""End to end: real collector processes, real shared memory, the real learner.
+
+These run ``python main.py`` as a user would (a subprocess), on the synthetic Catch env
+so they finish in minutes on two CPU cores.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from envs import make_env
+from models import QNetwork
+from pipeline.checkpoint import load_checkpoint
+from pipeline.shm import project_segments, run_tag
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def start_main(*args: str) -> subprocess.Popen[str]:
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    return subprocess.Popen([sys.executable, "main.py", *args], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, env=env)
+
+
+def checkpoints(run: Path) -> list[Path]:
+    """Periodic checkpoints, oldest first (by the frame count in the name)."""
+    return sorted((run / "checkpoints").glob("ckpt-*.pt"), key=lambda p: int(p.stem.split("-")[1]))
+
+
+def read_csv(path: Path) -> list[dict[str, str]]:
+    with path.open(newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def wait_for(predicate, timeout: float, proc: subprocess.Popen[str] | None = None) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        if proc is not None and proc.poll() is not None:
+            raise AssertionError(f"process exited early ({proc.returncode}):\n{proc.stdout.read()}")
+        time.sleep(0.5)
+    raise AssertionError("timed out waiting")
+
+
+def greedy_return(checkpoint: Path, episodes: int = 20) -> tuple[float, float]:
+    """Mean greedy return of a checkpoint on Catch, and Catch's optimal return."""
+    state = load_checkpoint(checkpoint)
+    cfg = state["config"]
+    model = QNetwork(state["num_actions"], cfg["frame_stack"], cfg["dueling"]).eval()
+    model.load_state_dict(state["learner"]["online"])
+    env = make_env("Catch-v0", seed=123)
+    returns = []
+    stack = np.zeros((cfg["frame_stack"], 84, 84), np.uint8)
+    for episode in range(episodes):
+        obs, _ = env.reset(seed=1000 + episode)
+        stack[:] = obs
+        total, done = 0.0, False
+        while not done:
+            with torch.inference_mode():
+                action = int(model(torch.from_numpy(stack)[None]).argmax(1))
+            obs, reward, terminated, truncated, _ = env.step(action)
+            stack[:-1] = stack[1:]
+            stack[-1] = obs
+            total += reward
+            done = terminated or truncated
+        returns.append(total)
+    return float(np.mean(returns)), float(env.unwrapped.optimal_return)
+
+
+@pytest.mark.slow
+def test_whole_pipeline_learns_catch(tmp_path):
+    """Collectors + consolidator + learner reach >= 90% of Catch's optimal return."""
+    start = time.monotonic()
+    result = subprocess.run(
+        [sys.executable, "main.py", "--preset", "tiny", "--num-processes", "2", "--total-frames", "30000",
+         "--run-dir", str(tmp_path), "--run-name", "learn", "--monitor", "log"],
+        cwd=ROOT, capture_output=True, text=True, timeout=240,
+    )
+    elapsed = time.monotonic() - start
+    assert result.returncode == 0, result.stderr[-3000:]
+    run = tmp_path / "learn"
+    mean_return, optimal = greedy_return(checkpoints(run)[-1])
+    assert mean_return >= 0.9 * optimal, (mean_return, optimal, result.stderr[-2000:])
+    assert elapsed < 180, elapsed
+    rows = read_csv(run / "metrics.csv")
+    assert float(rows[-1]["updates"]) > 0
+    assert list((run / "tensorboard").glob("events.out.tfevents.*"))
+    assert not project_segments(run_tag(run))
+
+
+@pytest.mark.slow
+def test_sigint_stops_cleanly_and_resume_continues_counters(tmp_path):
+    run = tmp_path / "interrupt"
+    proc = start_main("--preset", "tiny", "--run-dir", str(tmp_path), "--run-name", "interrupt",
+                      "--monitor", "log")
+    try:
+        # Wait until training is under way: the CSV shows updates.
+        def training() -> bool:
+            path = run / "metrics.csv"
+            return path.exists() and any(float(r["updates"]) > 0 for r in read_csv(path))
+
+        wait_for(training, timeout=120, proc=proc)
+        proc.send_signal(signal.SIGINT)
+        output, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, output[-3000:]
+    assert "Traceback" not in output
+    first = checkpoints(run)
+    assert first, output[-2000:]
+    assert not project_segments(run_tag(run))
+    before = load_checkpoint(first[-1])["counters"]
+    assert before["updates"] > 0 and before["frames"] > 0
+
+    target = before["frames"] + 2000
+    result = subprocess.run([sys.executable, "main.py", "--preset", "tiny", "--resume", str(run),
+                             "--total-frames", str(target), "--monitor", "log"],
+                            cwd=ROOT, capture_output=True, text=True, timeout=180)
+    assert result.returncode == 0, result.stderr[-3000:]
+    after = load_checkpoint(checkpoints(run)[-1])["counters"]
+    assert after["frames"] >= target > before["frames"]
+    assert after["updates"] > before["updates"]
+    rows = read_csv(run / "metrics.csv")
+    assert float(rows[-1]["frames"]) >= target  # the same CSV continues
+    assert not project_segments(run_tag(run))
