@@ -151,6 +151,7 @@ FIELD_TYPES: dict[str, str] = {f.name: str(f.type) for f in fields(Config)}
 # that is cheap to spare (about 7 KB per transition).
 PRESETS: dict[str, dict[str, Any]] = {
     "cpu": dict(num_processes=2, batch_size=32, replay_capacity=100_000, learning_starts=5_000,
+                epsilon_decay_frames=250_000,
                 replay_ratio=4.0, device="cpu", learner_threads=1, ring_capacity=512),
     "laptop": dict(num_processes=4, batch_size=64, replay_capacity=200_000, replay_ratio=4.0,
                    device="auto"),

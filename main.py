@@ -142,6 +142,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    # Importing the legacy gym stack may warn; the user did not ask for that.
-    os.environ.setdefault("PYTHONWARNINGS", "ignore::DeprecationWarning")
+    # The learner shares the cores with collectors: OpenMP threads that spin while
+    # waiting would steal their time (and collapse when preempted), so they sleep.
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     sys.exit(main())

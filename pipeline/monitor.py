@@ -110,7 +110,8 @@ class Monitor:
 
             self.writer = SummaryWriter(log_dir=str(self.run_path / "tensorboard"))
         self.last_row: dict[str, float] = {}
-        self.startup_reported = False
+        self.startup_reported: set[str] = set()
+        self.messages: deque[str] = deque(maxlen=4)  # latest announcements, shown under the table
 
     @staticmethod
     def _resolve_mode(mode: str) -> str:
@@ -125,6 +126,16 @@ class Monitor:
 
             self.live = Live(self._render_table({}, []), refresh_per_second=2, transient=False)
             self.live.start()
+
+    def announce(self, message: str) -> None:
+        """A startup or lifecycle event: a log line, or a line under the live table."""
+        if self.mode == "off":
+            return
+        self.messages.append(message)
+        if self.live is not None:
+            self.live.update(self._render_table(self.last_row, [], "starting"))
+        else:
+            logger.info(message)
 
     def close(self) -> None:
         if self.live is not None:
@@ -147,9 +158,10 @@ class Monitor:
             self.live.update(self._render_table(row, per_collector, status, snap.startup))
         elif self.mode == "log":
             logger.info(self.log_line(row, status))
-        if snap.startup and not self.startup_reported and self.mode != "off":
-            self.startup_reported = True
-            logger.info("startup: " + ", ".join(f"{k} {v:.1f} s" for k, v in snap.startup.items()))
+        for key, seconds in snap.startup.items():
+            if key not in self.startup_reported:
+                self.startup_reported.add(key)
+                self.announce(f"startup: {key} after {seconds:.1f} s")
         self._write_csv(row)
         self._write_tensorboard(row, int(snap.counters.get("frames", 0)))
         self.last_row = row
@@ -163,8 +175,10 @@ class Monitor:
             row[f"{key}_per_s_60s"] = h.rate(key, WINDOWS_S[1])
             row[f"{key}_per_s_run"] = h.rate(key, None)
             row[key] = snap.counters.get(key, 0.0)
-        inserted = max(1.0, snap.counters.get("records", 0.0))
-        row["replay_ratio"] = snap.counters.get("samples", 0.0) / inserted
+        # Samples drawn per inserted transition: over the last 10 s (what the limiter is
+        # doing now) and over the whole run (including the warm-up fill, so lower).
+        row["replay_ratio"] = row["samples_per_s"] / row["records_per_s"] if row["records_per_s"] > 0 else 0.0
+        row["replay_ratio_run"] = snap.counters.get("samples", 0.0) / max(1.0, snap.counters.get("records", 0.0))
         for name, share in phase_shares(h, COLLECTOR_PHASES, "collector_", WINDOWS_S[0]).items():
             row[f"collector_{name}_pct"] = share / max(1, len(snap.collectors))
         for name, share in phase_shares(h, LEARNER_PHASES, "learner_", WINDOWS_S[0]).items():
@@ -249,9 +263,10 @@ class Monitor:
             per.add_row(str(i), f"{c.get('frames_per_s', 0):,.0f}", f"{c.get('steps_per_s', 0):,.1f}",
                         f"{c.get('weights_version', 0):.0f}", f"{c.get('weights_lag', 0):.0f}",
                         f"{c.get('restarts', 0):.0f}", f"{c.get('cpu_pct', 0):.0f}", f"{c.get('rss_mb', 0):.0f}")
-        parts = [main, state, phases, per]
+        parts: list = [main, state, phases, per]
         if startup:
             parts.append("startup: " + ", ".join(f"{k} {v:.1f} s" for k, v in startup.items()))
+        parts.extend(self.messages)
         return Group(*parts)
 
     def _write_csv(self, row: dict[str, float]) -> None:

@@ -202,10 +202,19 @@ class Trainer:
         if self.resume_path is not None:
             self._load(self.resume_path)
 
-        start = time.monotonic()
+        # The monitor comes up first, so the user sees startup progress from the first second.
+        self.monitor = Monitor(self.paths.root, mode=cfg.monitor, interval_s=cfg.monitor_interval_s,
+                               resume=self.resume_path is not None)
+        self.monitor.start_display()
+        self.monitor.announce(f"run directory {self.paths.root}")
         if self.train_enabled:
-            self.startup["compile+warm-up"] = self.learner.warmup(cfg.batch_size)
-        self.startup.setdefault("compile+warm-up", time.monotonic() - start)
+            self.monitor.announce(f"startup: warming up the learner on {self.device} (compile={cfg.compile}, "
+                                  f"amp={cfg.amp}, batch {cfg.batch_size}); the monitor's clock starts after it")
+            seconds = self.learner.warmup(cfg.batch_size)
+            self.startup["compile+warm-up"] = seconds
+            self.monitor.startup_reported.add("compile+warm-up")  # announced just below
+            self.monitor.announce(f"startup: compile+warm-up done in {seconds:.1f} s (compiled={self.learner.compiled}, "
+                                  f"amp={self.learner.amp_dtype})")
         self._create_shared_memory()
 
     def _load(self, path: Path) -> None:
@@ -310,6 +319,7 @@ class Trainer:
             self.supervisor.check()
             self._collector_totals()
             if "first transition" not in self.startup and self.counters["records"]:
+                # Seconds since collectors were started (the learner's warm-up is separate).
                 self.startup["first transition"] = time.monotonic() - self._t0
             self.weights.epsilon = self.epsilon()
             if cfg.total_frames and self.total("frames") >= cfg.total_frames:
@@ -449,9 +459,8 @@ class Trainer:
         self._t0 = time.monotonic()
         self._publish()
         self.supervisor.start_all()
-        self.monitor = Monitor(self.paths.root, mode=self.cfg.monitor, interval_s=self.cfg.monitor_interval_s,
-                               resume=self.resume_path is not None)
-        self.monitor.start_display()
+        assert self.monitor is not None
+        self.monitor.announce(f"startup: {self.cfg.num_processes} collector process(es) starting on {self.cfg.env_id}")
         tasks = [asyncio.create_task(self._consolidate()), asyncio.create_task(self._watch()),
                  asyncio.create_task(self._monitor())]
         if self.train_enabled:
