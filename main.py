@@ -122,7 +122,13 @@ def run_train(argv: list[str]) -> int:
         raise UserError(str(exc)) from None
 
 
-COMMANDS = {"train": run_train}
+def run_bench(argv: list[str]) -> int:
+    from pipeline.bench import bench_command
+
+    return bench_command(argv)
+
+
+COMMANDS = {"train": run_train, "bench": run_bench}
 
 
 def main(argv: list[str] | None = None) -> int:
