@@ -195,7 +195,8 @@ class Trainer:
             learning_rate=cfg.learning_rate, adam_eps=cfg.adam_eps, gamma=cfg.gamma, grad_clip=cfg.grad_clip,
             grad_accum=cfg.grad_accum, target_sync_updates=cfg.target_sync_updates, dueling=cfg.dueling,
             frame_stack=cfg.frame_stack, compile=cfg.compile, amp=cfg.amp, device=str(self.device)))
-        self.replay = ReplayMemory(cfg.replay_capacity, cfg.num_processes, frame_stack=cfg.frame_stack,
+        self.num_streams = cfg.num_processes * cfg.envs_per_collector  # one ring slot per environment
+        self.replay = ReplayMemory(cfg.replay_capacity, self.num_streams, frame_stack=cfg.frame_stack,
                                    n_step=cfg.n_step, gamma=cfg.gamma, device=replay_device, seed=cfg.seed)
         slack = max(32 * cfg.batch_size, cfg.replay_ratio * cfg.ring_capacity)
         self.limiter = RateLimiter(cfg.replay_ratio, cfg.learning_starts, slack)
@@ -229,21 +230,26 @@ class Trainer:
 
     def _create_shared_memory(self) -> None:
         cfg = self.cfg
-        layout = R.RingLayout(cfg.num_processes, cfg.ring_capacity)
+        layout = R.RingLayout(self.num_streams, cfg.ring_capacity)
         self.ring_segment = shm.create_segment(shm.segment_name(self.tag, "ring"), layout.total_bytes)
         self.ring = R.TransitionRing.initialise(self.ring_segment.buf, layout)
         num_floats = state_numel(self.learner.online.state_dict())
         self.weights_segment = shm.create_segment(shm.segment_name(self.tag, "weights"), block_bytes(num_floats))
         self.weights = WeightsBlock.initialise(self.weights_segment.buf, num_floats)
         self.consolidator = Consolidator(self.ring, self._insert)
-        self.supervisor = Supervisor(self.ring.slots, self._collector_args,
-                                     heartbeat_timeout_s=cfg.heartbeat_timeout_s)
+        # The supervisor watches each collector's home slot (its first).
+        home_slots = [self.ring.slots[self._slots_of(i)[0]] for i in range(cfg.num_processes)]
+        self.supervisor = Supervisor(home_slots, self._collector_args, heartbeat_timeout_s=cfg.heartbeat_timeout_s)
+
+    def _slots_of(self, collector: int) -> tuple[int, ...]:
+        k = self.cfg.envs_per_collector
+        return tuple(range(collector * k, (collector + 1) * k))
 
     def _collector_args(self, slot: int) -> CollectorArgs:
         assert self.ring_segment is not None and self.weights_segment is not None
         return CollectorArgs(slot=slot, config=self.cfg.to_dict(), ring_name=self.ring_segment.name,
                              weights_name=self.weights_segment.name, parent_pid=os.getpid(),
-                             log_path=str(self.paths.logs / f"collector-{slot}.log"))
+                             log_path=str(self.paths.logs / f"collector-{slot}.log"), slots=self._slots_of(slot))
 
     # -- counters -------------------------------------------------------------------------
     def total(self, key: str) -> int:
@@ -352,21 +358,25 @@ class Trainer:
         self._collector_totals()
         counters = {k: float(self.total(k)) for k in COUNTER_KEYS}
         collectors = []
-        totals = dict.fromkeys(R.PHASES, 0)
         pending = 0
-        for i, slot in enumerate(self.ring.slots):
-            c = slot.counters()
+        slot_counters = [slot.counters() for slot in self.ring.slots]
+        for c in slot_counters:
             pending += c["write_seq"] - c["read_seq"]
+            for name, _ in R.PHASES:
+                counters[f"collector_{name}_ns"] = counters.get(f"collector_{name}_ns", 0.0) + c[f"{name}_ns"]
+        for i in range(self.cfg.num_processes):
+            mine = [slot_counters[j] for j in self._slots_of(i)]
+            home = mine[0]
             proc = self.supervisor.states[i].process
             stats = process_stats(proc.pid if proc is not None and proc.is_alive() else None)
             collectors.append({
-                "frames": c["frames"], "steps": c["steps"], "weights_version": c["weights_version"],
-                "weights_lag": self.weights.version - c["weights_version"],
-                "restarts": self.supervisor.states[i].restarts, **stats,
-                **{f"{name}_ns": c[f"{name}_ns"] for name, _ in R.PHASES},
+                "frames": sum(c["frames"] for c in mine), "steps": sum(c["steps"] for c in mine),
+                "weights_version": home["weights_version"],
+                "weights_lag": self.weights.version - home["weights_version"],
+                "restarts": self.supervisor.states[i].restarts,
+                "env_errors": sum(c["env_errors"] for c in mine), **stats,
+                **{f"{name}_ns": home[f"{name}_ns"] for name, _ in R.PHASES},
             })
-            for name, _ in R.PHASES:
-                counters[f"collector_{name}_ns"] = counters.get(f"collector_{name}_ns", 0.0) + c[f"{name}_ns"]
         for name, ns in self.learner_ns.items():
             counters[f"learner_{name}_ns"] = float(ns)
         metrics = self.learner.pop_metrics()
@@ -375,9 +385,9 @@ class Trainer:
             "replay_size": float(len(self.replay)),
             "epsilon": self.epsilon(),
             "weights_version": float(self.weights.version),
-            "ring_fill_pct": 100.0 * pending / (self.cfg.ring_capacity * self.cfg.num_processes),
+            "ring_fill_pct": 100.0 * pending / (self.cfg.ring_capacity * self.num_streams),
             "restarts": float(self.supervisor.restarts),
-            "env_errors": float(sum(c["env_errors"] for c in map(R.Slot.counters, self.ring.slots))),
+            "env_errors": float(sum(c["env_errors"] for c in slot_counters)),
             "collectors_alive": float(self.supervisor.alive()),
             "bad_episode_records": float(self.consolidator.bad_episode_records),
             "poll_gap_ms": 1000.0 * self.consolidator.reset_gap(),

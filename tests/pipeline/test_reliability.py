@@ -36,8 +36,15 @@ def start(run: Path, *extra: str, env: dict[str, str] | None = None, new_session
 
 
 def collector_pids(proc: subprocess.Popen[str]) -> set[int]:
-    children = psutil.Process(proc.pid).children()
-    return {c.pid for c in children if "spawn_main" in " ".join(c.cmdline())}
+    """Live collector processes of a running main.py (a killed one not yet reaped is not live)."""
+    pids = set()
+    for child in psutil.Process(proc.pid).children():
+        try:
+            if child.status() != psutil.STATUS_ZOMBIE and "spawn_main" in " ".join(child.cmdline()):
+                pids.add(child.pid)
+        except psutil.Error:  # exited, or a zombie, while we looked
+            pass
+    return pids
 
 
 def training_started(run: Path) -> bool:
@@ -61,7 +68,7 @@ def assert_exactly_once(run: Path) -> dict:
 
 def test_killed_collector_is_replaced_and_no_record_is_lost(tmp_path):
     run = tmp_path / "kill"
-    proc = start(run)
+    proc = start(run, "--set", "envs_per_collector=2")  # a collector writes two ring slots
     try:
         wait_for(lambda: training_started(run), 120, proc)
         wait_for(lambda: len(collector_pids(proc)) == 2, 30, proc)
@@ -80,7 +87,7 @@ def test_killed_collector_is_replaced_and_no_record_is_lost(tmp_path):
     assert "killed by signal 9" in output
     summary = assert_exactly_once(run)
     assert summary["restarts"] == 1
-    assert sorted(s["starts"] for s in summary["slots"]) == [1, 2]
+    assert sorted(s["starts"] for s in summary["slots"]) == [1, 1, 2, 2]  # both slots of the victim
     assert not project_segments(run_tag(run))
 
 
