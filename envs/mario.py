@@ -113,6 +113,8 @@ class MarioEnv(gymnasium.Env[np.ndarray, int]):
         if not self._random_stages:
             self._emulator = self._build(spec.target)
         self.last_rgb: np.ndarray = np.zeros(FRAME_SHAPE, dtype=np.uint8)
+        # Set by MaxAndSkip around frames whose pixels it discards (see step).
+        self.skip_frame_copy = False
 
     def _build(self, target: tuple[int, int] | None) -> Any:
         """Return the (cached) legacy emulator env for a target stage."""
@@ -160,6 +162,11 @@ class MarioEnv(gymnasium.Env[np.ndarray, int]):
         if self._emulator is None:
             raise RuntimeError("MarioEnv is closed")
         screen, reward, done, info = self._emulator.step(int(action))
+        if self.skip_frame_copy and not done:
+            # The caller discards this frame's pixels (frame skip keeps only the last two
+            # frames): return the emulator's view, valid until the next step, and save a
+            # strided 180 KB copy (about 13% of the env's time).
+            return screen, float(reward), False, False, _plain_info(info)
         self.last_rgb = np.array(screen)
         return self.last_rgb, float(reward), bool(done), False, _plain_info(info)
 

@@ -74,7 +74,10 @@ class MaxAndSkip(gymnasium.Wrapper[np.ndarray, Any, np.ndarray, Any]):
     Unlike ``gymnasium.wrappers.MaxAndSkipObservation``, which on an early stop maxes
     frames left over from the previous agent step, the terminal observation here is
     always from this step. Requires the wrapped env to return a fresh array per step
-    (as :class:`envs.mario.MarioEnv` does).
+    (as :class:`envs.mario.MarioEnv` does), except that an env with a
+    ``skip_frame_copy`` attribute is told which frames' pixels are discarded (all but
+    the last two) and may skip copying them. A terminal observation produced right after
+    such a frame is that frame alone (terminal observations are never bootstrapped from).
     """
 
     def __init__(self, env: gymnasium.Env[np.ndarray, Any], skip: int = 4) -> None:
@@ -88,12 +91,22 @@ class MaxAndSkip(gymnasium.Wrapper[np.ndarray, Any, np.ndarray, Any]):
         total_reward = 0.0
         previous: np.ndarray | None = None
         obs: np.ndarray | None = None
-        for _ in range(self.skip):
-            previous = obs
-            obs, reward, terminated, truncated, info = self.env.step(action)
-            total_reward += float(reward)
-            if terminated or truncated:
-                break
+        inner = self.env.unwrapped
+        can_skip_copies = hasattr(inner, "skip_frame_copy")
+        discarded = False  # whether obs is a view whose pixels we promised not to keep
+        try:
+            for index in range(self.skip):
+                previous = None if discarded else obs
+                discarded = can_skip_copies and index < self.skip - 2
+                if can_skip_copies:
+                    inner.skip_frame_copy = discarded
+                obs, reward, terminated, truncated, info = self.env.step(action)
+                total_reward += float(reward)
+                if terminated or truncated:
+                    break
+        finally:
+            if can_skip_copies:
+                inner.skip_frame_copy = False
         if previous is not None:
             obs = np.maximum(previous, obs)
         return obs, total_reward, terminated, truncated, info

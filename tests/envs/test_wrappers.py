@@ -114,11 +114,28 @@ def test_max_and_skip_stops_when_the_episode_ends() -> None:
         assert steps == math.ceil(total / skip)
         assert returned == pytest.approx(sum(rewards))
         frames_in_last_step = total - (steps - 1) * skip
-        if frames_in_last_step == 1:
-            assert np.array_equal(obs, frames[-1])
-        else:
+        # The frames before the last two of a step are not copied, so a terminal step
+        # whose second-to-last frame was one of those returns the last frame alone.
+        previous_kept = frames_in_last_step >= 2 and frames_in_last_step - 2 >= skip - 2
+        if previous_kept:
             assert np.array_equal(obs, np.maximum(frames[-2], frames[-1]))
+        else:
+            assert np.array_equal(obs, frames[-1])
         env.close()
+
+
+def test_max_and_skip_returns_owned_frames_and_restores_copying() -> None:
+    env = MaxAndSkip(MarioEnv("SuperMarioBros-1-1-v0"), skip=4)
+    env.reset()
+    obs, *_ = env.step(RIGHT)
+    kept = obs.copy()
+    assert env.unwrapped.skip_frame_copy is False  # a direct step copies again
+    raw_frame, *_ = env.unwrapped.step(RIGHT)  # the emulator's buffer moves on...
+    assert np.array_equal(obs, kept)  # ...the wrapper's observation does not
+    raw_kept = raw_frame.copy()
+    env.unwrapped.step(RIGHT)
+    assert np.array_equal(raw_frame, raw_kept)
+    env.close()
 
 
 def test_grayscale_uses_bt601_luma() -> None:
