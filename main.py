@@ -120,6 +120,11 @@ def run_train(argv: list[str]) -> int:
         return Trainer(resolved.config, sources=resolved.sources).run()
     except (CheckpointError, TrainingError) as exc:
         raise UserError(str(exc)) from None
+    except KeyboardInterrupt:
+        # Ctrl-C before the event loop took over the signal (during warm-up): nothing was
+        # trained yet, and Trainer.run already released what it had created.
+        print("main.py: interrupted during startup; nothing to checkpoint", file=sys.stderr)
+        return 130
 
 
 def run_bench(argv: list[str]) -> int:
