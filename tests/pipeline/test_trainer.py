@@ -83,7 +83,7 @@ def test_whole_pipeline_learns_catch(tmp_path):
     """Collectors + consolidator + learner reach >= 90% of Catch's optimal return."""
     start = time.monotonic()
     result = subprocess.run(
-        [sys.executable, "main.py", "--preset", "tiny", "--num-processes", "2", "--total-frames", "30000",
+        [sys.executable, "main.py", "--preset", "tiny", "--num-processes", "2", "--total-frames", "40000",
          "--run-dir", str(tmp_path), "--run-name", "learn", "--monitor", "log"],
         cwd=ROOT, capture_output=True, text=True, timeout=240,
     )
