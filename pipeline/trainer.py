@@ -501,7 +501,10 @@ class Trainer:
         try:
             if self.ring is not None and getattr(self, "learner", None) is not None:
                 if self.consolidator is not None:
-                    self.consolidator.poll()
+                    # Collectors are stopped: drain everything they committed (a pass takes
+                    # at most max_records_per_slot per slot, so loop until a pass is empty).
+                    while self.consolidator.poll():
+                        pass
                 path = self.save(final=True)
                 logger.info("final checkpoint: %s (%s)", path, self.stop_reason or "stopped")
                 self._write_summary()
