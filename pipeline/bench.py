@@ -317,6 +317,11 @@ FIGURES: dict[str, dict[str, FigureSpec]] = {
         "rss_end_mb": _spec("learner RSS at end, MB", "{:,.0f}", "at the last monitor tick"),
         "rss_growth_pct": _spec("learner RSS growth %", "{:.1f}", "after the replay is full",
                                 ("<=", TARGET_RSS_GROWTH_PCT)),
+        "collectors_rss_full_mb": _spec("collectors RSS at full, MB", "{:,.0f}",
+                                        "sum over collectors when the replay became full"),
+        "collectors_rss_end_mb": _spec("collectors RSS at end, MB", "{:,.0f}", "at the last monitor tick"),
+        "collectors_rss_growth_pct": _spec("collectors RSS growth %", "{:.1f}", "after the replay is full",
+                                           ("<=", TARGET_RSS_GROWTH_PCT)),
     },
 }
 
@@ -1062,10 +1067,11 @@ def soak_figures(snaps: list[Any], capacity: int, minutes: float) -> dict[str, f
             out[f"{key}_ratio"] = last / first if first else nan
     else:
         out.update(frames_ratio=nan, updates_ratio=nan)
-    rss_full = full.gauges.get("learner_rss_mb", nan)
-    rss_end = snaps[-1].gauges.get("learner_rss_mb", nan)
-    out["rss_full_mb"], out["rss_end_mb"] = rss_full, rss_end
-    out["rss_growth_pct"] = 100.0 * (rss_end - rss_full) / rss_full if rss_full else nan
+    for prefix, gauge in (("", "learner_rss_mb"), ("collectors_", "collectors_rss_mb")):
+        rss_full = full.gauges.get(gauge, nan)
+        rss_end = snaps[-1].gauges.get(gauge, nan)
+        out[f"{prefix}rss_full_mb"], out[f"{prefix}rss_end_mb"] = rss_full, rss_end
+        out[f"{prefix}rss_growth_pct"] = 100.0 * (rss_end - rss_full) / rss_full if rss_full else nan
     return out
 
 

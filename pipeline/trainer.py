@@ -170,6 +170,11 @@ class Trainer:
                 raise CheckpointError(f"{self.resume_path}: not a training checkpoint of this project (missing "
                                       f"{', '.join(sorted(missing)) or 'learner.online'}); pass a ckpt-*.pt "
                                       f"file or a run directory written by main.py")
+            # A network of another shape (action set, dueling, frame stack) fails here too.
+            from models import QNetwork
+
+            probe = QNetwork(envs.num_actions(cfg.env_id, cfg.action_set), cfg.frame_stack, cfg.dueling)
+            check_compatible(probe, self._resume_state["learner"]["online"], self.resume_path)
         else:
             self.resume_path = None
             name = cfg.run_name or time.strftime("%Y%m%d-%H%M%S") + f"-{cfg.env_id}"
@@ -400,6 +405,8 @@ class Trainer:
             "flag_rate": float(np.mean([e.flag_get for e in episodes])) if episodes else float("nan"),
             "episode_length": float(np.mean([e.length for e in episodes])) if episodes else float("nan"),
         }
+        gauges["collectors_rss_mb"] = float(sum(c["rss_mb"] for c in collectors))
+        gauges["collectors_cpu_pct"] = float(sum(c["cpu_pct"] for c in collectors))
         learner_stats = process_stats(os.getpid())
         gauges["learner_cpu_pct"] = learner_stats["cpu_pct"]
         gauges["learner_rss_mb"] = learner_stats["rss_mb"]

@@ -182,7 +182,7 @@ class _RunsCode:
         return (os.system, (f"touch {self.marker}",))
 
 
-@pytest.mark.parametrize("kind", ["truncated", "random", "malicious", "foreign"])
+@pytest.mark.parametrize("kind", ["truncated", "random", "malicious", "foreign", "other_network"])
 def test_bad_checkpoint_files_give_one_clear_error(tmp_path, kind):
     path = tmp_path / "ckpt-100.pt"
     marker = tmp_path / "pwned"
@@ -195,15 +195,23 @@ def test_bad_checkpoint_files_give_one_clear_error(tmp_path, kind):
         path.write_bytes(os.urandom(4096))
     elif kind == "malicious":
         path.write_bytes(pickle.dumps(_RunsCode(marker)))
-    else:
+    elif kind == "foreign":
         import torch
 
         torch.save({"something": torch.zeros(3)}, path)
+    else:  # a well-formed checkpoint of a network with 12 actions; Catch has 3
+        from models import QNetwork
+        from pipeline.checkpoint import capture_rng_state, save_checkpoint
+
+        save_checkpoint(path, {"learner": {"online": QNetwork(12).state_dict()}, "counters": {},
+                               "config": {}, "rng": capture_rng_state()})
     result = subprocess.run([sys.executable, "main.py", *BASE, "--resume", str(path)], cwd=ROOT,
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 2, result.stderr[-2000:]
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("main.py: error:") and str(path) in lines[0], result.stderr
     assert not marker.exists()
+    if kind == "other_network":
+        assert "shape" in lines[0] or "action" in lines[0], lines[0]
     assert not project_segments(run_tag(tmp_path))
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([path.name])  # nothing created beside it
