@@ -4,6 +4,11 @@
                    [--total-frames N] [--run-dir DIR] [--resume PATH] [--seed N]
                    [--no-compile] [--device cpu|cuda|auto] [--print-config]
 
+    python main.py bench [--quick] [--only NAME] [--json PATH] [--soak MINUTES]
+    python main.py play --checkpoint PATH [--env ID] [--episodes N] [--out FILE.mp4|.gif]
+    python main.py eval --checkpoint PATH [--env ID] [--episodes N] [--json PATH]
+    python main.py plot RUN_DIR [--out DIR]
+
 Settings resolve as: command line > knobs in config.py > preset > defaults
 (``--print-config`` shows the result and where each value came from).
 
@@ -133,7 +138,25 @@ def run_bench(argv: list[str]) -> int:
     return bench_command(argv)
 
 
-COMMANDS = {"train": run_train, "bench": run_bench}
+def run_play(argv: list[str]) -> int:
+    from pipeline.play import play_command
+
+    return play_command(argv)
+
+
+def run_eval(argv: list[str]) -> int:
+    from pipeline.evaluate import eval_command
+
+    return eval_command(argv)
+
+
+def run_plot(argv: list[str]) -> int:
+    from pipeline.plots import plot_command
+
+    return plot_command(argv)
+
+
+COMMANDS = {"train": run_train, "bench": run_bench, "play": run_play, "eval": run_eval, "plot": run_plot}
 
 
 def main(argv: list[str] | None = None) -> int:
