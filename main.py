@@ -22,17 +22,12 @@ import argparse
 import logging
 import os
 import sys
-from typing import Any, NoReturn
+from typing import Any
 
 EXIT_USAGE = 2
 
 
-from pipeline.errors import UserError
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:  # one line, not argparse's usage block
-        raise UserError(f"{message} (see python main.py --help)")
+from pipeline.errors import OneLineParser, UserError
 
 
 def _positive_int(text: str) -> int:
@@ -45,7 +40,7 @@ def _positive_int(text: str) -> int:
 def build_parser() -> argparse.ArgumentParser:
     from config import PRESET_NAMES
 
-    parser = _Parser(prog="main.py", description="Train a DQN agent on Super Mario Bros.")
+    parser = OneLineParser(prog="main.py", description="Train a DQN agent on Super Mario Bros.")
     parser.add_argument("--preset", choices=PRESET_NAMES, help="hardware preset (default: PRESET in config.py)")
     parser.add_argument("--num-processes", type=_positive_int, help="collector processes")
     parser.add_argument("--batch-size", type=_positive_int, help="learner batch size")

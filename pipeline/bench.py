@@ -67,9 +67,9 @@ import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
-from pipeline.errors import UserError
+from pipeline.errors import OneLineParser, UserError
 
 PARTS: tuple[str, ...] = ("raw", "collector", "pipeline", "consolidator", "learner", "training", "startup", "soak")
 DEFAULT_PARTS: tuple[str, ...] = PARTS[:-1]  # soak only when asked: it runs for minutes
@@ -97,11 +97,6 @@ def _log(message: str) -> None:
 # ============================================================================ options
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:  # one line, like main.py's parser
-        raise UserError(f"bench: {message} (see python main.py bench --help)")
-
-
 def _number(kind: type, minimum: float, what: str) -> Callable[[str], Any]:
     def parse(text: str) -> Any:
         try:
@@ -118,7 +113,7 @@ def _number(kind: type, minimum: float, what: str) -> Callable[[str], Any]:
 def build_parser() -> argparse.ArgumentParser:
     from config import PRESET_NAMES
 
-    parser = _Parser(prog="main.py bench", description="Measure the training system; every headline is a "
+    parser = OneLineParser(prog="main.py bench", description="Measure the training system; every headline is a "
                      "ratio measured side by side in one run.")
     parser.add_argument("--quick", action="store_true",
                         help="short parts and fewer learner variants (the suite in ~2 minutes; a CI smoke run)")

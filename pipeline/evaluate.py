@@ -42,9 +42,9 @@ import sys
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
-from pipeline.errors import UserError
+from pipeline.errors import OneLineParser, UserError
 
 __all__ = [
     "EpisodeResult",
@@ -378,11 +378,6 @@ def summarise(results: Sequence[EpisodeResult]) -> dict[str, Any]:
 # ---------------------------------------------------------------------- command line
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:  # one line, as main.py's parser
-        raise UserError(f"{message} (see python {self.prog} --help)")
-
-
 def _int_at_least(minimum: int) -> Callable[[str], int]:
     def parse(text: str) -> int:
         try:
@@ -424,7 +419,7 @@ def add_policy_arguments(parser: argparse.ArgumentParser, *, episodes: int, max_
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="main.py eval", description="Evaluate a checkpoint: x position, flag rate, return.")
+    parser = OneLineParser(prog="main.py eval", description="Evaluate a checkpoint: x position, flag rate, return.")
     add_policy_arguments(parser, episodes=5, max_steps_help="cap on agent steps per episode "
                                                             "(default: the run's max_episode_steps)")
     parser.add_argument("--json", help="also write the results (and per-episode lists) to this JSON file")

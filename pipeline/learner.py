@@ -65,6 +65,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from models import QNetwork
+from pipeline.replay import Batch  # the batch type the replay memory samples
 
 __all__ = [
     "BatchLike",
@@ -143,16 +144,6 @@ def _short_error(exc: BaseException) -> str:
     if len(first_lines) > _ERROR_TEXT_LIMIT:
         first_lines = first_lines[: _ERROR_TEXT_LIMIT - 3] + "..."
     return first_lines
-
-
-@dataclass
-class _RandomBatch:
-    obs: torch.Tensor
-    action: torch.Tensor
-    ret: torch.Tensor
-    next_obs: torch.Tensor
-    discount: torch.Tensor
-    weight: torch.Tensor
 
 
 class Learner:
@@ -477,11 +468,11 @@ class Learner:
             return tensor.to(self.device, non_blocking=True)
         return tensor.to(self.device)
 
-    def _random_batch(self, batch_size: int) -> _RandomBatch:
+    def _random_batch(self, batch_size: int) -> Batch:
         # A private generator so warmup does not move the global RNG streams.
         gen = torch.Generator().manual_seed(0)
         shape = (batch_size, self.settings.frame_stack, 84, 84)
-        return _RandomBatch(
+        return Batch(
             obs=torch.randint(0, 256, shape, dtype=torch.uint8, generator=gen),
             action=torch.randint(0, self.num_actions, (batch_size,), generator=gen),
             ret=torch.randn(batch_size, generator=gen),

@@ -19,13 +19,14 @@ from __future__ import annotations
 import argparse
 import sys
 
-from pipeline.evaluate import _Parser, add_policy_arguments
+from pipeline.errors import OneLineParser
+from pipeline.evaluate import add_policy_arguments
 
 __all__ = ["build_parser", "play_command"]
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="main.py play", description="Write a video of a checkpoint playing.")
+    parser = OneLineParser(prog="main.py play", description="Write a video of a checkpoint playing.")
     add_policy_arguments(parser, episodes=1, max_steps_help="cap on agent steps per episode "
                                                             "(default: the run's max_episode_steps)")
     parser.add_argument("--out", help="video file, .mp4 or .gif (default: <run>/videos/play-<frames>.mp4)")

@@ -25,7 +25,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from pipeline.errors import UserError
+from pipeline.errors import OneLineParser, UserError
 
 __all__ = ["FIGURES", "build_parser", "plot_command", "plot_run", "read_metrics"]
 
@@ -151,13 +151,8 @@ def plot_run(run_dir: Path, out_dir: Path) -> tuple[list[Path], list[str]]:
     return written, notes
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str):
-        raise UserError(f"{message} (see python {self.prog} --help)")
-
-
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="main.py plot", description="PNG figures from a run's metrics.csv.")
+    parser = OneLineParser(prog="main.py plot", description="PNG figures from a run's metrics.csv.")
     parser.add_argument("run_dir", metavar="RUN_DIR", help="run directory (runs/<run>), holding metrics.csv")
     parser.add_argument("--out", help="directory for the PNG files (default: RUN_DIR/plots)")
     return parser

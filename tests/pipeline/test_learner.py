@@ -5,25 +5,18 @@ from __future__ import annotations
 
 import copy
 import warnings
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 import pytest
 import torch
 from torch import nn
 
+from pipeline.replay import Batch
 from pipeline.learner import CompileFallbackWarning, Learner, LearnerSettings
 
 NUM_ACTIONS = 4
 
 
-@dataclass
-class Batch:
-    obs: torch.Tensor
-    action: torch.Tensor
-    ret: torch.Tensor
-    next_obs: torch.Tensor
-    discount: torch.Tensor
-    weight: torch.Tensor
 
 
 def make_batch(size: int = 8, seed: int = 0, valid: int | None = None) -> Batch:
