@@ -142,6 +142,14 @@ class Config:
     monitor: str = "auto"
     """Monitor display: auto (live table on a terminal, log lines otherwise), table, log, off."""
 
+    # --- evaluation during training ------------------------------------------------------
+    eval_interval_s: float = 120.0
+    """Seconds between greedy evaluations of the latest weights by the evaluator process (0 = none)."""
+    eval_episodes: int = 1
+    """Greedy episodes per evaluation (Mario stages are deterministic: 1 suffices for a fixed stage)."""
+    eval_max_steps: int = 2000
+    """Agent steps after which an evaluation episode is cut."""
+
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
@@ -164,11 +172,12 @@ PRESETS: dict[str, dict[str, Any]] = {
                    device="cuda", replay_device="cuda", ring_capacity=4096,
                    updates_per_epoch=250),
     # Catch-v0 learned to the optimal return in ~85 s on 2 cores (3 seeds: 5.0, 4.7, 5.0 of 5).
+    # No evaluator: the preset is for smoke tests, where one more process only costs time.
     "tiny": dict(env_id="Catch-v0", reward_scale=1.0, num_processes=1, envs_per_collector=1, batch_size=32,
                  replay_capacity=4_000, learning_rate=5e-4, learning_starts=200, ring_capacity=64,
                  replay_ratio=2.0, compile=False, amp=False, device="cpu", learner_threads=2,
                  updates_per_epoch=10, epsilon_decay_frames=2_000, target_sync_updates=200, monitor="off",
-                 checkpoint_interval_s=60.0, monitor_interval_s=1.0),
+                 checkpoint_interval_s=60.0, monitor_interval_s=1.0, eval_interval_s=0.0),
 }
 PRESET_NAMES: tuple[str, ...] = ("auto", *PRESETS)
 
@@ -324,7 +333,8 @@ def validate(cfg: Config) -> None:
     positive("batch_size", "use --batch-size N with N >= 1")
     for name in ("frame_skip", "envs_per_collector", "ring_capacity", "weights_check_steps", "replay_capacity", "frame_stack",
                  "n_step", "grad_accum", "target_sync_updates", "updates_per_epoch",
-                 "model_update_frequency", "keep_checkpoints", "epsilon_decay_frames"):
+                 "model_update_frequency", "keep_checkpoints", "epsilon_decay_frames", "eval_episodes",
+                 "eval_max_steps"):
         positive(name)
     for name in ("no_progress_steps", "max_episode_steps", "learning_starts", "total_frames", "seed",
                  "learner_threads"):
@@ -333,6 +343,9 @@ def validate(cfg: Config) -> None:
                  "learning_rate", "adam_eps", "grad_clip"):
         if not getattr(cfg, name) > 0 or getattr(cfg, name) == float("inf"):
             problems.append(_problem(name, getattr(cfg, name), "must be a finite number > 0", "use a positive value"))
+    if not 0.0 <= cfg.eval_interval_s < float("inf"):
+        problems.append(_problem("eval_interval_s", cfg.eval_interval_s, "must be a finite number >= 0",
+                                 "use 0 for no evaluator, or seconds between evaluations"))
     if not 0.0 < cfg.gamma <= 1.0:
         problems.append(_problem("gamma", cfg.gamma, "must be in (0, 1]", "use e.g. 0.99"))
     for name in ("epsilon_start", "epsilon_end"):

@@ -57,6 +57,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--checkpoint-interval", dest="checkpoint_interval_s", type=float,
                         help="seconds between periodic checkpoints")
     parser.add_argument("--monitor", choices=("auto", "table", "log", "off"), help="monitor display")
+    parser.add_argument("--eval-interval", dest="eval_interval_s", type=float, metavar="S",
+                        help="seconds between evaluations of the latest weights during training (0 = none)")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="FIELD=VALUE",
                         help="set any config.py field, e.g. --set replay_ratio=4 (repeatable)")
     parser.add_argument("--print-config", action="store_true",
@@ -90,7 +92,7 @@ def parse_set_overrides(items: list[str]) -> dict[str, Any]:
 
 def cli_overrides(args: argparse.Namespace) -> dict[str, Any]:
     keys = ("num_processes", "batch_size", "env_id", "total_frames", "run_dir", "run_name", "resume", "seed",
-            "compile", "amp", "device", "monitor", "checkpoint_interval_s")
+            "compile", "amp", "device", "monitor", "checkpoint_interval_s", "eval_interval_s")
     values = parse_set_overrides(args.overrides)
     values.update({k: getattr(args, k) for k in keys if getattr(args, k) is not None})  # named flags win
     return values

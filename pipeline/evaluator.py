@@ -4,7 +4,8 @@ One long-lived ``spawn`` process (started once, never one per evaluation) reads 
 weights the learner publishes to the shared-memory weights block, exactly as a
 collector does (:class:`pipeline.weights.WeightsBlock` + :class:`StateLoader`), and every
 ``interval_s`` seconds plays ``episodes`` greedy episodes (epsilon 0, at most
-``max_steps`` agent steps each) with them. Weights that were already evaluated are not
+``max_steps`` agent steps each) with them; the first evaluation comes one interval
+after the process starts. Weights that were already evaluated are not
 evaluated again. Results go back through a ``multiprocessing`` queue, which the
 learner drains with :meth:`Evaluator.poll` without ever blocking; this channel is off
 the hot path (one small dict per evaluation).
@@ -161,6 +162,10 @@ class Evaluator:
         self._queue = None
 
     @property
+    def pid(self) -> int | None:
+        return None if self.process is None else self.process.pid
+
+    @property
     def alive(self) -> bool:
         return self.process is not None and self.process.is_alive()
 
@@ -253,7 +258,9 @@ class _Worker:
 
     def run(self) -> None:
         evaluated = 0
-        next_start = time.monotonic()
+        # The first evaluation waits one interval too: at a run's start the weights are
+        # random and the CPU is busy compiling and booting collectors.
+        next_start = time.monotonic() + self.args.interval_s
         failures = 0
         self.logger.info("evaluator started (pid %d): every %g s, %d episode(s) of at most %d steps",
                          os.getpid(), self.args.interval_s, self.args.episodes, self.args.max_steps)

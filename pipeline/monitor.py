@@ -211,6 +211,8 @@ class Monitor:
             f"eps {g('epsilon'):.3f} | v{g('weights_version'):.0f} | "
             f"return {g('episode_return'):.1f} x {g('episode_x_pos'):.0f} flag {g('flag_rate'):.2f} | "
             f"restarts {g('restarts'):.0f}"
+            + (f" | eval return {g('eval_return'):.1f} x {g('eval_x_pos'):.0f} flag {g('eval_flag_rate'):.2f}"
+               if row.get("evaluations") else "")
         ).strip()
 
     def _render_table(self, row: dict[str, float], collectors: list[dict[str, float]], status: str = "",
@@ -239,12 +241,16 @@ class Monitor:
                 ("loss", f("loss", "{:.4f}")), ("TD error", f("td_error", "{:.4f}")),
                 ("mean Q", f("mean_q", "{:.3f}")), ("epsilon", f("epsilon", "{:.3f}")),
                 ("weights version", f("weights_version")), ("ring fill %", f("ring_fill_pct", "{:.1f}")),
-                ("stall %", f("stall_pct", "{:.1f}")), ("longest poll gap ms", f("poll_gap_ms", "{:.1f}"))]
+                ("stall %", f("stall_pct", "{:.1f}")), ("longest poll gap ms", f("poll_gap_ms", "{:.1f}")),
+                ("evaluations", f("evaluations")), ("evaluated weights v", f("eval_weights_version")),
+                ("evaluator CPU %", f("evaluator_cpu_pct", "{:.0f}"))]
         right = [("return (last 100)", f("episode_return", "{:.1f}")), ("x_pos (last 100)", f("episode_x_pos")),
                  ("flag rate", f("flag_rate", "{:.2f}")), ("episodes", f("episodes")),
                  ("restarts", f("restarts")), ("bad episode records", f("bad_episode_records")),
                  ("learner CPU %", f("learner_cpu_pct", "{:.0f}")), ("learner RSS MB", f("learner_rss_mb")),
-                 ("GPU util %", f("gpu_util_pct", "{:.0f}")), ("GPU mem MB", f("gpu_mem_mb"))]
+                 ("GPU util %", f("gpu_util_pct", "{:.0f}")), ("GPU mem MB", f("gpu_mem_mb")),
+                ("eval return (greedy)", f("eval_return", "{:.1f}")), ("eval x_pos", f("eval_x_pos")),
+                ("eval flag rate", f("eval_flag_rate", "{:.2f}"))]
         for (lk, lv), (rk, rv) in zip(left, right):
             state.add_row(lk, lv, rk, rv)
 

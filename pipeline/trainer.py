@@ -8,6 +8,11 @@ Tasks on the loop (uvloop when installed):
 - monitor: every few seconds, reads every counter and shows/logs/writes them;
 - supervisor: restarts collectors that die or hang; periodic checkpoints.
 
+Beside the collectors, an evaluator process (:mod:`pipeline.evaluator`, when
+``eval_interval_s > 0``) plays greedy episodes with the published weights every
+``eval_interval_s``; the monitor tick collects its results without blocking and shows
+them as the ``eval_*`` gauges (table, CSV, TensorBoard).
+
 Startup order matters: the network is compiled and warmed up *before* collectors start
 (so compilation does not compete with them for the CPU, and its time is reported on its
 own); then the initial weights are published, the collectors start, and the monitor's
@@ -41,6 +46,7 @@ from pipeline.checkpoint import (CHECKPOINT_PATTERN, CheckpointError, capture_rn
                                  load_checkpoint, restore_rng_state, rotate_checkpoints, save_checkpoint)
 from pipeline.collector import CollectorArgs
 from pipeline.consolidator import Consolidator
+from pipeline.evaluator import Evaluator
 from pipeline.learner import Learner, LearnerSettings
 from pipeline.monitor import Monitor, Snapshot
 from pipeline.replay import ReplayMemory
@@ -157,6 +163,10 @@ class Trainer:
         self.final_checkpoint: Path | None = None
         self.best_return = float("-inf")
         self.consolidator: Consolidator | None = None
+        self.evaluator: Evaluator | None = None
+        self.last_eval: dict[str, Any] | None = None  # the newest evaluation result
+        self.evaluations = 0
+        self._evaluator_exit_reported = False
 
     # -- setup ----------------------------------------------------------------------------
     def setup(self) -> None:
@@ -355,6 +365,66 @@ class Trainer:
                 pass
             self.monitor.update(self.snapshot(), status="running" if not self.stop_event.is_set() else "stopping")
 
+    # -- evaluator ------------------------------------------------------------------------
+    def _start_evaluator(self) -> None:
+        cfg = self.cfg
+        if not self.train_enabled or cfg.eval_interval_s <= 0:
+            return
+        assert self.weights_segment is not None and self.monitor is not None
+        self.evaluator = Evaluator(cfg.to_dict(), self.paths.root, self.weights_segment.name,
+                                   interval_s=cfg.eval_interval_s, episodes=cfg.eval_episodes,
+                                   max_steps=cfg.eval_max_steps)
+        self.evaluator.start()
+        self.monitor.announce(f"evaluator: {cfg.eval_episodes} greedy episode(s) every {cfg.eval_interval_s:g} s, "
+                              f"best video in {self.paths.root / 'videos'}")
+
+    def _poll_evaluator(self) -> None:
+        """Take finished evaluations (never blocks); report a dead evaluator once."""
+        if self.evaluator is None:
+            return
+        for result in self.evaluator.poll():
+            self.evaluations += 1
+            self.last_eval = result
+            if self.monitor is not None:
+                best = f"; new best -> {result['video']}" if result.get("video") else ""
+                self.monitor.announce(
+                    f"evaluation of weights v{result['weights_version']} (update {result['learner_step']}): "
+                    f"return {result['mean_return']:.1f}, x_pos {result['mean_x_pos']:.0f}, "
+                    f"flag rate {result['flag_rate']:.2f}{best}")
+        code = self.evaluator.exitcode
+        if code is not None and not self._evaluator_exit_reported and not self._stopping():
+            self._evaluator_exit_reported = True
+            message = (f"evaluator exited with code {code}; training goes on without it "
+                       f"(see {self.paths.logs / 'evaluator.log'})")
+            if self.monitor is not None and self.monitor.mode != "off":
+                self.monitor.announce(message)  # a log line, or a line under the live table
+            else:
+                logger.error(message)
+
+    def _stopping(self) -> bool:
+        return self.stop_event is not None and self.stop_event.is_set()
+
+    def _eval_gauges(self) -> dict[str, float]:
+        last = self.last_eval or {}
+        nan = float("nan")
+        gauges = {
+            "evaluations": float(self.evaluations),
+            "eval_return": float(last.get("mean_return", nan)),
+            "eval_x_pos": float(last.get("mean_x_pos", nan)),
+            "eval_max_x_pos": float(last.get("max_x_pos", nan)),
+            "eval_flag_rate": float(last.get("flag_rate", nan)),
+            "eval_length": float(last.get("mean_length", nan)),
+            "eval_best_return": float(last.get("best_return", nan)),
+            "eval_weights_version": float(last.get("weights_version", nan)),
+        }
+        if self.evaluator is not None:
+            from pipeline.procstats import process_stats
+
+            stats = process_stats(self.evaluator.pid if self.evaluator.alive else None)
+            gauges["evaluator_cpu_pct"] = stats["cpu_pct"]
+            gauges["evaluator_rss_mb"] = stats["rss_mb"]
+        return gauges
+
     # -- monitor snapshot -----------------------------------------------------------------
     def snapshot(self) -> Snapshot:
         from pipeline.procstats import process_stats
@@ -405,6 +475,8 @@ class Trainer:
             "flag_rate": float(np.mean([e.flag_get for e in episodes])) if episodes else float("nan"),
             "episode_length": float(np.mean([e.length for e in episodes])) if episodes else float("nan"),
         }
+        self._poll_evaluator()
+        gauges.update(self._eval_gauges())
         gauges["collectors_rss_mb"] = float(sum(c["rss_mb"] for c in collectors))
         gauges["collectors_cpu_pct"] = float(sum(c["cpu_pct"] for c in collectors))
         learner_stats = process_stats(os.getpid())
@@ -478,6 +550,7 @@ class Trainer:
         self.supervisor.start_all()
         assert self.monitor is not None
         self.monitor.announce(f"startup: {self.cfg.num_processes} collector process(es) starting on {self.cfg.env_id}")
+        self._start_evaluator()
         tasks = [asyncio.create_task(self._consolidate()), asyncio.create_task(self._watch()),
                  asyncio.create_task(self._monitor())]
         if self.train_enabled:
@@ -505,6 +578,9 @@ class Trainer:
             self.weights.request_stop()
         if self.supervisor is not None:
             self.supervisor.stop()
+        if self.evaluator is not None:
+            # It also saw the stop flag; an evaluation in flight is abandoned, not waited for.
+            self.evaluator.stop(timeout_s=10)
         try:
             if self.ring is not None and getattr(self, "learner", None) is not None:
                 if self.consolidator is not None:
@@ -544,6 +620,8 @@ class Trainer:
             "compiled": bool(getattr(self.learner, "compiled", False)),
             "amp_dtype": str(getattr(self.learner, "amp_dtype", None)),
             "final_checkpoint": str(self.final_checkpoint) if self.final_checkpoint else "",
+            "evaluations": self.evaluations,
+            "last_evaluation": self.last_eval,
         }
         (self.paths.root / "summary.json").write_text(json.dumps(summary, indent=2))
 

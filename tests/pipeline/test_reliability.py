@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import pickle
+import re
 import signal
 import subprocess
 import sys
@@ -134,6 +135,32 @@ def test_env_errors_are_logged_once_rebuilt_and_backed_off(tmp_path):
     assert log1.count("Traceback") == 1 and "environment failures in the last" in log1
     assert 5 <= slot1["env_errors"] <= 30, slot1
     assert summary["restarts"] == 0
+
+
+def evaluator_pid(run: Path) -> int | None:
+    log = run / "logs" / "evaluator.log"
+    found = re.search(r"evaluator started \(pid (\d+)\)", log.read_text()) if log.exists() else None
+    return int(found.group(1)) if found else None
+
+
+def test_killed_evaluator_is_reported_and_training_goes_on(tmp_path):
+    run = tmp_path / "evalkill"
+    proc = start(run, "--eval-interval", "1")
+    try:
+        wait_for(lambda: training_started(run) and evaluator_pid(run) is not None, 120, proc)
+        wait_for(lambda: float(read_csv(run / "metrics.csv")[-1]["evaluations"]) >= 1, 60, proc)
+        os.kill(evaluator_pid(run), signal.SIGKILL)
+        updates_at_kill = float(read_csv(run / "metrics.csv")[-1]["updates"])
+        wait_for(lambda: float(read_csv(run / "metrics.csv")[-1]["updates"]) > updates_at_kill + 20, 60, proc)
+        output = interrupt(proc)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, output[-3000:]
+    assert output.count("evaluator exited with code -9; training goes on without it") == 1, output[-3000:]
+    summary = assert_exactly_once(run)
+    assert summary["restarts"] == 0 and summary["evaluations"] >= 1  # collectors untouched
+    assert not project_segments(run_tag(run))
 
 
 def test_killed_learner_leaves_segments_that_the_next_start_removes_and_resume_continues(tmp_path):

@@ -7,7 +7,9 @@ so they finish in minutes on two CPU cores.
 from __future__ import annotations
 
 import csv
+import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -15,8 +17,10 @@ import time
 from pathlib import Path
 
 import numpy as np
+import psutil
 import pytest
 import torch
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from envs import make_env
 from models import QNetwork
@@ -79,24 +83,51 @@ def greedy_return(checkpoint: Path, episodes: int = 20) -> tuple[float, float]:
 
 
 @pytest.mark.slow
-def test_whole_pipeline_learns_catch(tmp_path):
-    """Collectors + consolidator + learner reach >= 90% of Catch's optimal return."""
-    start = time.monotonic()
+def test_whole_pipeline_learns_catch_and_the_evaluator_sees_it(tmp_path):
+    """Collectors + consolidator + learner reach >= 90% of Catch's optimal return, and the
+    evaluator process running beside them reports it through the monitor, CSV,
+    TensorBoard and summary.json, and keeps the best episode's video."""
     result = subprocess.run(
         [sys.executable, "main.py", "--preset", "tiny", "--num-processes", "2", "--total-frames", "40000",
-         "--run-dir", str(tmp_path), "--run-name", "learn", "--monitor", "log"],
-        cwd=ROOT, capture_output=True, text=True, timeout=240,
+         "--run-dir", str(tmp_path), "--run-name", "learn", "--monitor", "log",
+         "--eval-interval", "5", "--set", "eval_episodes=10"],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
     )
-    elapsed = time.monotonic() - start
     assert result.returncode == 0, result.stderr[-3000:]
     run = tmp_path / "learn"
     mean_return, optimal = greedy_return(checkpoints(run)[-1])
     assert mean_return >= 0.9 * optimal, (mean_return, optimal, result.stderr[-2000:])
-    assert elapsed < 180, elapsed
     rows = read_csv(run / "metrics.csv")
     assert float(rows[-1]["updates"]) > 0
-    assert list((run / "tensorboard").glob("events.out.tfevents.*"))
     assert not project_segments(run_tag(run))
+
+    # The evaluator: several evaluations of ever newer weights, and the agent it saw learned.
+    evaluated = [r for r in rows if float(r["evaluations"]) > 0]
+    assert evaluated, "no evaluation reached metrics.csv"
+    count = int(float(rows[-1]["evaluations"]))
+    assert count >= 3, count
+    versions = [float(r["eval_weights_version"]) for r in evaluated]
+    assert versions == sorted(versions) and versions[-1] > versions[0]
+    best_eval = max(float(r["eval_return"]) for r in evaluated)
+    assert best_eval >= 0.8 * optimal, (best_eval, optimal)
+    assert "evaluation of weights v" in result.stderr  # announced by the monitor
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["evaluations"] == count
+    assert summary["last_evaluation"]["episodes"] == 10
+    tags = EventAccumulator(str(run / "tensorboard")).Reload().Tags()["scalars"]
+    assert {"eval_return", "eval_x_pos", "eval_flag_rate"} <= set(tags)
+
+    # The best episode's video: decodable, one frame per step of the episode in best.json.
+    best = json.loads((run / "videos" / "best.json").read_text())
+    assert best["return"] == summary["last_evaluation"]["best_return"] >= best_eval
+    imageio_ffmpeg = pytest.importorskip("imageio_ffmpeg")
+    assert imageio_ffmpeg.count_frames_and_secs(str(run / "videos" / "best.mp4"))[0] == best["length"]
+
+    # It stopped with the run.
+    log = (run / "logs" / "evaluator.log").read_text()
+    pid = int(re.search(r"evaluator started \(pid (\d+)\)", log).group(1))
+    assert "evaluator stopping" in log
+    assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
 
 
 @pytest.mark.slow
