@@ -39,11 +39,20 @@ The parts (``--only NAME`` runs one; a comma-separated list runs several):
 ``startup``
     From the same training run (``summary.json`` ``startup_s``): compile + warm-up time,
     seconds to the first transition and to the first update.
+``evaluator``
+    What the in-training evaluator costs collection: the training run without an
+    evaluator, then with the evaluator evaluating back to back (the worst case: the
+    configured ``eval_interval_s`` is minutes), then without it again, each measured
+    for ``max(--seconds, 45)`` seconds (evaluations must finish inside the window);
+    ``frames_ratio = with / mean(before, after)``, likewise updates/s.
+    The evaluator's CPU seconds per evaluation, measured in the middle run, give its
+    share of the machine at the configured interval.
 ``soak``
     Only when asked (``--soak MINUTES`` or ``--only soak``; default 10 minutes): full
-    training with a replay memory small enough to fill in the first minute or so; per-
-    minute frames/s and updates/s, last minute / first minute after the replay is full,
-    and the learner's RSS growth after the replay is full.
+    training with a replay memory small enough to fill in the first minute or so, and
+    the evaluator at the configured interval, as in a real run; per-minute frames/s and
+    updates/s, last minute / first minute after the replay is full, and the learner's
+    RSS growth after the replay is full.
 
 ``--quick`` shortens every part (and measures fewer learner variants) so the default
 suite finishes in about two minutes on a 2-core machine: a smoke run for CI, not a
@@ -71,7 +80,8 @@ from typing import Any
 
 from pipeline.errors import OneLineParser, UserError
 
-PARTS: tuple[str, ...] = ("raw", "collector", "pipeline", "consolidator", "learner", "training", "startup", "soak")
+PARTS: tuple[str, ...] = ("raw", "collector", "pipeline", "consolidator", "learner", "training", "startup",
+                          "evaluator", "soak")
 DEFAULT_PARTS: tuple[str, ...] = PARTS[:-1]  # soak only when asked: it runs for minutes
 DEFAULT_ENV = "SuperMarioBros-1-1-v0"
 DEFAULT_SECONDS = 20.0
@@ -82,6 +92,11 @@ TARGET_RECORDS_PER_S = 50_000.0
 TARGET_AMP_SPEEDUP = 1.5
 TARGET_SOAK_RATIO = 0.95
 TARGET_RSS_GROWTH_PCT = 5.0
+TARGET_EVALUATOR_RATIO = 0.95  # evaluating back to back costs collection at most 5 %
+EVALUATOR_BACK_TO_BACK_S = 0.001  # eval_interval_s of the evaluator part's middle run
+# The niced evaluator gets ~10 % of a core on a busy 2-core box: its runs need a window
+# long enough for evaluations to finish in it.
+EVALUATOR_MIN_WINDOW_S = 45.0
 # Collection only needs a replay to drain into; its size does not change the cost.
 COLLECT_REPLAY_CAPACITY = 16_384
 SOAK_REPLAY_CAPACITY = 3_000  # fills within about a minute on a loaded 2-core CPU box
@@ -294,6 +309,22 @@ FIGURES: dict[str, dict[str, FigureSpec]] = {
         "first_update_s": _spec("first update s", "{:.1f}",
                                 "collectors started -> first update (learning_starts below)"),
         "learning_starts": _spec("learning_starts", "{:,.0f}", "transitions before the first update (bench setting)"),
+    },
+    "evaluator": {
+        "frames_per_s_without": _spec("frames/s without evaluator", "{:,.0f}",
+                                      "training, mean of the runs before and after"),
+        "frames_per_s_with": _spec("frames/s with evaluator", "{:,.0f}",
+                                   "training, evaluator evaluating back to back"),
+        "frames_ratio": _spec("frames/s with / without", "{:.3f}", "collection is not slowed (worst case)",
+                              (">=", TARGET_EVALUATOR_RATIO)),
+        "updates_ratio": _spec("updates/s with / without", "{:.3f}", "training is not slowed (worst case)"),
+        "evaluations": _spec("evaluations in the window", "{:.0f}", "finished while measuring"),
+        "evaluator_cpu_pct": _spec("evaluator CPU %", "{:.0f}", "of one core, niced (+10)"),
+        "cpu_s_per_evaluation": _spec("CPU s per evaluation", "{:.1f}",
+                                      "the newest evaluation: eval_episodes greedy episodes"),
+        "eval_interval_s": _spec("configured eval interval s", "{:.0f}", "EVAL_INTERVAL_S of the preset"),
+        "machine_pct_at_interval": _spec("machine CPU % at that interval", "{:.2f}",
+                                         "CPU s per evaluation / interval / cores"),
     },
     "soak": {
         "minutes": _spec("minutes", "{:.1f}", "soak length"),
@@ -630,6 +661,9 @@ def _window_figures(snaps: list[Any], first: int, last: int) -> dict[str, float]
     out["collectors_cpu_pct"] = _mean([sum(c.get("cpu_pct", 0.0) for c in s.collectors) for s in inside])
     out["learner_cpu_pct"] = _mean([s.gauges.get("learner_cpu_pct", float("nan")) for s in inside])
     out["replay_ratio"] = delta("samples") / delta("records") if delta("records") else float("nan")
+    out["evaluator_cpu_pct"] = _mean([s.gauges.get("evaluator_cpu_pct", float("nan")) for s in inside])
+    out["evaluations"] = b.gauges.get("evaluations", 0.0) - a.gauges.get("evaluations", 0.0)
+    out["eval_cpu_s"] = b.gauges.get("eval_cpu_s", float("nan"))  # the newest finished evaluation
     return out
 
 
@@ -959,23 +993,33 @@ class Suite:
         wanted = 500 if self.options.quick else 2_000
         return max(self.cfg.batch_size * 4, min(wanted, self.cfg.learning_starts, capacity // 2))
 
-    def _train_run(self):
-        """The training part's run (shared with the startup part)."""
+    def _training_window(self, name: str, eval_interval_s: float = 0.0,
+                         window_s: float | None = None) -> dict[str, Any]:
+        """One whole-system training run, measured for ``window_s`` (default ``--seconds``)
+        after the first update.
+
+        No evaluator unless ``eval_interval_s > 0`` (the evaluator part compares both).
+        """
+        window_s = self.seconds if window_s is None else window_s
+        capacity = self.cfg.replay_capacity
+        cfg = self.part_config(name, learning_starts=self._learning_starts(capacity), monitor_interval_s=1.0,
+                               eval_interval_s=eval_interval_s)
+        run = run_trainer(cfg, name, sources=self.resolved.sources, train=True, throttle=True,
+                          window_s=window_s, warmup_s=2.0, ready="training",
+                          time_limit_s=TRAINER_START_ALLOWANCE_S + window_s + 30)
+        summary = run.summary
+        return {
+            "window": _window_figures(run.snaps, run.window[0], run.window[-1]),
+            "startup": summary.get("startup_s", run.startup),
+            "learning_starts": cfg.learning_starts, "replay_ratio": cfg.replay_ratio,
+            "batch_size": cfg.batch_size, "compiled": summary.get("compiled"),
+            "amp_dtype": summary.get("amp_dtype"), "collectors": cfg.num_processes,
+        }
+
+    def _train_run(self) -> dict[str, Any]:
+        """The training part's run (shared with the startup and evaluator parts)."""
         if self._training is None:
-            capacity = self.cfg.replay_capacity
-            cfg = self.part_config("training", learning_starts=self._learning_starts(capacity),
-                                   monitor_interval_s=1.0)
-            run = run_trainer(cfg, "training", sources=self.resolved.sources, train=True, throttle=True,
-                              window_s=self.seconds, warmup_s=2.0, ready="training",
-                              time_limit_s=TRAINER_START_ALLOWANCE_S + self.seconds + 30)
-            summary = run.summary
-            self._training = {
-                "window": _window_figures(run.snaps, run.window[0], run.window[-1]),
-                "startup": summary.get("startup_s", run.startup),
-                "learning_starts": cfg.learning_starts, "replay_ratio": cfg.replay_ratio,
-                "batch_size": cfg.batch_size, "compiled": summary.get("compiled"),
-                "amp_dtype": summary.get("amp_dtype"), "collectors": cfg.num_processes,
-            }
+            self._training = self._training_window("training")
         return self._training
 
     def part_training(self, result: PartResult) -> None:
@@ -1003,6 +1047,35 @@ class Suite:
         f["first_transition_s"] = float(startup.get("first transition", float("nan")))
         f["first_update_s"] = float(startup.get("first update", float("nan")))
         f["learning_starts"] = float(run["learning_starts"])
+
+    def part_evaluator(self, result: PartResult) -> None:
+        seconds = self.seconds if self.options.quick else max(self.seconds, EVALUATOR_MIN_WINDOW_S)
+        before = self._training_window("no-evaluator", window_s=seconds)["window"]
+        with_evaluator = self._training_window("evaluator", eval_interval_s=EVALUATOR_BACK_TO_BACK_S,
+                                               window_s=seconds)["window"]
+        after = self._training_window("no-evaluator-again", window_s=seconds)["window"]
+        f = result.figures
+        f["frames_per_s_without"] = (before["frames_per_s"] + after["frames_per_s"]) / 2
+        f["frames_per_s_with"] = with_evaluator["frames_per_s"]
+        f["frames_ratio"] = f["frames_per_s_with"] / f["frames_per_s_without"]
+        f["updates_ratio"] = with_evaluator["updates_per_s"] / ((before["updates_per_s"] + after["updates_per_s"]) / 2)
+        f["evaluations"] = with_evaluator["evaluations"]
+        f["evaluator_cpu_pct"] = with_evaluator["evaluator_cpu_pct"]
+        f["cpu_s_per_evaluation"] = with_evaluator["eval_cpu_s"]
+        f["eval_interval_s"] = self.cfg.eval_interval_s
+        f["machine_pct_at_interval"] = (100.0 * f["cpu_s_per_evaluation"] / self.cfg.eval_interval_s
+                                        / (os.cpu_count() or 1)) if self.cfg.eval_interval_s > 0 else 0.0
+        result.details.update({
+            "frames_per_s": {"before": before["frames_per_s"], "with": with_evaluator["frames_per_s"],
+                             "after": after["frames_per_s"]},
+            "updates_per_s": {"before": before["updates_per_s"], "with": with_evaluator["updates_per_s"],
+                              "after": after["updates_per_s"]},
+            "eval_episodes": self.cfg.eval_episodes, "eval_max_steps": self.cfg.eval_max_steps,
+            "window_s": with_evaluator["window_s"],
+        })
+        if not f["evaluations"]:
+            result.details["note"] = "no evaluation finished inside the window; use a longer --seconds"
+            _log(f"evaluator: {result.details['note']}")
 
     def part_soak(self, result: PartResult) -> None:
         minutes = self.options.soak_minutes

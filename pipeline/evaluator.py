@@ -123,7 +123,9 @@ class Evaluator:
         Each is a dict with ``weights_version``, ``learner_step``, ``mean_return``,
         ``mean_x_pos``, ``max_x_pos``, ``flag_rate``, ``mean_length``, ``episodes``,
         ``best_return``, ``new_best`` (bool), ``video`` (path of the best video when this
-        evaluation produced it, else None), ``eval_s`` and ``time`` (Unix time).
+        evaluation produced it, else None), ``eval_s`` (wall seconds), ``cpu_s`` (CPU
+        seconds of this process; a new best's encoding runs in an ffmpeg child, not
+        counted) and ``time`` (Unix time).
         """
         results, self._pending = self._pending, []
         if self._queue is None:
@@ -296,7 +298,7 @@ class _Worker:
         """One evaluation of the current weights; returns their version (0 if interrupted)."""
         from pipeline.evaluate import run_episode, summarise
 
-        t0 = time.monotonic()
+        t0, cpu0 = time.monotonic(), time.process_time()
         version = self.weights.read(self.loader.staging)
         self.loader.load()
         learner_step = self.weights.learner_step
@@ -320,7 +322,7 @@ class _Worker:
             **{k: summary[k] for k in ("mean_return", "mean_x_pos", "max_x_pos", "flag_rate", "mean_length",
                                        "episodes")},
             "best_return": self.best_return, "new_best": new_best, "video": video,
-            "eval_s": time.monotonic() - t0, "time": time.time(),
+            "eval_s": time.monotonic() - t0, "cpu_s": time.process_time() - cpu0, "time": time.time(),
         }
         self.results.put(result)
         self.logger.info("weights v%d (update %d): return %.1f, x_pos %.0f, flag rate %.2f%s", version,

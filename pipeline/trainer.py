@@ -416,6 +416,8 @@ class Trainer:
             "eval_length": float(last.get("mean_length", nan)),
             "eval_best_return": float(last.get("best_return", nan)),
             "eval_weights_version": float(last.get("weights_version", nan)),
+            "eval_s": float(last.get("eval_s", nan)),
+            "eval_cpu_s": float(last.get("cpu_s", nan)),
         }
         if self.evaluator is not None:
             from pipeline.procstats import process_stats
