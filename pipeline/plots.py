@@ -3,8 +3,8 @@
 Figures (written to ``--out``, default ``RUN_DIR/plots``):
 
 * ``returns.png``     episode return and x position (means of the last 100 episodes)
-  against frames; evaluator columns ``eval_return`` / ``eval_x_pos`` are drawn too
-  when the CSV has them;
+  against frames; the evaluator's greedy figures (``eval_return`` / ``eval_x_pos``)
+  are drawn too when the CSV has them, one marker per evaluation;
 * ``flag_rate.png``   share of episodes that reached the flag, against frames;
 * ``throughput.png``  frames/s and updates/s against wall time (``time_s``);
 * ``learning.png``    loss and mean Q against frames.
@@ -27,7 +27,7 @@ from pathlib import Path
 
 from pipeline.errors import OneLineParser, UserError
 
-__all__ = ["FIGURES", "build_parser", "plot_command", "plot_run", "read_metrics"]
+__all__ = ["FIGURES", "build_parser", "plot_command", "plot_run", "read_metrics", "series"]
 
 
 @dataclass(frozen=True)
@@ -38,16 +38,16 @@ class Panel:
     x: str = "frames"  # or "time_s"
 
 
+TRAINING = "training (mean of last 100 episodes)"
+EVALUATION = "evaluation (greedy)"
 FIGURES: dict[str, tuple[Panel, ...]] = {
     "returns.png": (
-        Panel("episode return (mean of last 100)", (("episode_return", "training"), ("eval_return", "evaluation")),
-              "return"),
-        Panel("x position (mean of last 100)", (("episode_x_pos", "training"), ("eval_x_pos", "evaluation")),
+        Panel("episode return", (("episode_return", TRAINING), ("eval_return", EVALUATION)), "return"),
+        Panel("x position at the episode's end", (("episode_x_pos", TRAINING), ("eval_x_pos", EVALUATION)),
               "x_pos"),
     ),
     "flag_rate.png": (
-        Panel("flag rate (last 100 episodes)", (("flag_rate", "training"), ("eval_flag_rate", "evaluation")),
-              "share of episodes"),
+        Panel("flag rate", (("flag_rate", TRAINING), ("eval_flag_rate", EVALUATION)), "share of episodes"),
     ),
     "throughput.png": (
         Panel("emulator frames per second", (("frames_per_s", "frames/s"),), "frames/s", x="time_s"),
@@ -60,6 +60,10 @@ FIGURES: dict[str, tuple[Panel, ...]] = {
 }
 # Columns that only some runs have; their absence is not worth a warning.
 OPTIONAL = frozenset({"eval_return", "eval_x_pos", "eval_flag_rate"})
+# The monitor repeats the latest evaluation on every row; ``evaluations`` counts them,
+# so a row where it grew is the row where a new evaluation arrived.
+EVAL_COLUMNS = OPTIONAL
+EVAL_COUNT = "evaluations"
 
 
 def _number(text: str | None) -> float:
@@ -100,6 +104,29 @@ def _x_axis(metrics: dict[str, list[float]], wanted: str) -> tuple[list[float], 
     return [float(i) for i in range(count)], "row"
 
 
+def _new_evaluation_rows(metrics: dict[str, list[float]]) -> list[bool] | None:
+    """Per row: did a new evaluation arrive at it? None when the CSV does not say."""
+    counts = metrics.get(EVAL_COUNT)
+    if counts is None:
+        return None
+    # Compared with the row before, not with the maximum: a resumed run counts from 0 again.
+    keep, previous = [], 0.0
+    for count in counts:
+        keep.append(not math.isnan(count) and count > 0 and count != previous)
+        if not math.isnan(count):
+            previous = count
+    return keep
+
+
+def series(metrics: dict[str, list[float]], column: str, xs: list[float]) -> list[tuple[float, float]]:
+    """The (x, y) points of ``column`` to draw: rows where both are numbers, and for the
+    evaluator's columns only the rows where a new evaluation arrived."""
+    ys = metrics.get(column, [])
+    keep = _new_evaluation_rows(metrics) if column in EVAL_COLUMNS else None
+    return [(x, y) for i, (x, y) in enumerate(zip(xs, ys))
+            if not (math.isnan(x) or math.isnan(y)) and (keep is None or keep[i])]
+
+
 def plot_run(run_dir: Path, out_dir: Path) -> tuple[list[Path], list[str]]:
     """Write every figure of :data:`FIGURES`; return (files written, notes on missing data)."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -121,13 +148,15 @@ def plot_run(run_dir: Path, out_dir: Path) -> tuple[list[Path], list[str]]:
                     if column not in OPTIONAL:
                         notes.append(f"{name}: metrics.csv has no {column} column")
                     continue
-                points = [(x, y) for x, y in zip(xs, ys) if not (math.isnan(x) or math.isnan(y))]
+                points = series(metrics, column, xs)
                 if not points:
                     if column not in OPTIONAL:
                         notes.append(f"{name}: {column} has no values yet")
                     continue
                 px, py = zip(*points)
-                ax.plot(px, py, label=label, marker="." if len(points) < 3 else None)
+                per_evaluation = column in EVAL_COLUMNS and EVAL_COUNT in metrics
+                marker = "o" if per_evaluation else ("." if len(points) < 3 else None)
+                ax.plot(px, py, label=label, marker=marker, markersize=4)
                 drawn = True
             if not drawn:
                 ax.text(0.5, 0.5, "no data yet", ha="center", va="center", transform=ax.transAxes, color="gray")

@@ -9,7 +9,7 @@ import math
 import pytest
 
 from pipeline.errors import UserError
-from pipeline.plots import FIGURES, plot_command, read_metrics
+from pipeline.plots import FIGURES, plot_command, read_metrics, series
 
 pytest.importorskip("matplotlib")
 
@@ -56,6 +56,21 @@ def test_missing_columns_and_all_nan_columns_still_plot(tmp_path, capsys):
     assert sorted(p.name for p in out_dir.iterdir()) == sorted(FIGURES)
     out = capsys.readouterr().out
     assert "metrics.csv has no flag_rate column" in out and "episode_return has no values yet" in out
+
+
+def test_evaluations_are_drawn_once_each_also_after_a_resume(tmp_path, capsys):
+    # The monitor repeats the newest evaluation on every row; a resumed run counts from 0.
+    evaluations = [0, 0, 1, 1, 1, 2, 2, 0, 0, 1, 1]
+    returns = ["nan", "nan", 10, 10, 10, 30, 30, "nan", "nan", 50, 50]
+    table = [[float(i), 1000 * i, 500, 20, 5.0, 40, 0.0, 0.1, 0.2, 0.5, n, r]
+             for i, (n, r) in enumerate(zip(evaluations, returns))]
+    run = tmp_path / "r3"
+    write_csv(run / "metrics.csv", COLUMNS + ["evaluations", "eval_return"], table)
+    metrics = read_metrics(run / "metrics.csv")
+    assert series(metrics, "eval_return", metrics["frames"]) == [(2000.0, 10.0), (5000.0, 30.0), (9000.0, 50.0)]
+    assert len(series(metrics, "episode_return", metrics["frames"])) == len(table)  # training: every row
+    assert plot_command([str(run)]) == 0
+    assert "note:" not in capsys.readouterr().out
 
 
 def test_read_metrics_turns_blanks_and_garbage_into_nan(tmp_path):
