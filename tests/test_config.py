@@ -74,6 +74,9 @@ def test_describe_lists_every_field_with_its_source():
         ({"grad_accum": 3, "batch_size": 16}, "grad_accum", "divide"),
         ({"learning_rate": float("nan")}, "learning_rate", "float"),
         ({"num_processes": True}, "num_processes", "int"),
+        ({"eval_interval_s": -5.0}, "eval_interval_s", ">= 0"),
+        ({"eval_interval_s": float("inf")}, "eval_interval_s", "finite"),
+        ({"eval_episodes": 0}, "eval_episodes", ">= 1"),
     ],
 )
 def test_invalid_values_name_field_value_rule_and_fix(overrides, field, fragment):
