@@ -52,9 +52,9 @@ The parts (``--only NAME`` runs one; a comma-separated list runs several):
 ``soak``
     Only when asked (``--soak MINUTES`` or ``--only soak``; default 10 minutes): full
     training with a replay memory small enough to fill in the first minute or so, and
-    the evaluator at the configured interval, as in a real run; per-minute frames/s and
-    updates/s, last minute / first minute after the replay is full, and the learner's
-    RSS growth after the replay is full.
+    no evaluator (its cost is the evaluator part's); per-minute frames/s and updates/s,
+    last minute / first minute after the replay is full, and the learner's RSS growth
+    after the replay is full.
 
 ``--quick`` shortens every part (and measures fewer learner variants) so the default
 suite finishes in about two minutes on a 2-core machine: a smoke run for CI, not a
@@ -1091,7 +1091,11 @@ class Suite:
         cfg = self.part_config("soak", replay_capacity=capacity,
                                learning_starts=max(self.cfg.batch_size * 4, min(1_000, capacity // 4)),
                                monitor_interval_s=min(5.0, self.cfg.monitor_interval_s),
-                               checkpoint_interval_s=self.cfg.checkpoint_interval_s)  # as in a real run
+                               checkpoint_interval_s=self.cfg.checkpoint_interval_s,  # as in a real run
+                               # No evaluator: its evaluations every few minutes would make the
+                               # minutes unequal (the first ones come before its first evaluation);
+                               # what it costs is the evaluator part's figure.
+                               eval_interval_s=0.0)
         run = run_trainer(cfg, "soak", sources=self.resolved.sources, train=True, throttle=True,
                           window_s=float("inf"), warmup_s=0.0, ready="training", time_limit_s=minutes * 60.0)
         result.figures.update(soak_figures(run.snaps, capacity, minutes))
