@@ -161,9 +161,12 @@ FIELD_TYPES: dict[str, str] = {f.name: str(f.type) for f in fields(Config)}
 # collectors should keep every core but the learner's busy; the replay fills the RAM
 # that is cheap to spare (about 7 KB per transition).
 PRESETS: dict[str, dict[str, Any]] = {
+    # On 2 saturated cores an evaluation's CPU comes out of training (it slows the learner,
+    # and collection follows through the replay ratio): every 120 s cost ~2.5 % of the
+    # frames (bench, evaluator part), every 300 s ~1 %.
     "cpu": dict(num_processes=2, batch_size=32, replay_capacity=100_000, learning_starts=5_000,
                 epsilon_decay_frames=250_000,
-                replay_ratio=4.0, device="cpu", learner_threads=1, ring_capacity=512),
+                replay_ratio=4.0, device="cpu", learner_threads=1, ring_capacity=512, eval_interval_s=300.0),
     "laptop": dict(num_processes=4, batch_size=64, replay_capacity=200_000, replay_ratio=4.0,
                    device="auto"),
     "desktop": dict(num_processes=8, batch_size=128, replay_capacity=500_000, replay_ratio=8.0,

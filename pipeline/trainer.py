@@ -166,6 +166,7 @@ class Trainer:
         self.evaluator: Evaluator | None = None
         self.last_eval: dict[str, Any] | None = None  # the newest evaluation result
         self.evaluations = 0
+        self.eval_seconds = {"wall": 0.0, "cpu": 0.0}  # summed over this process's evaluations
         self._evaluator_exit_reported = False
 
     # -- setup ----------------------------------------------------------------------------
@@ -385,6 +386,8 @@ class Trainer:
         for result in self.evaluator.poll():
             self.evaluations += 1
             self.last_eval = result
+            self.eval_seconds["wall"] += float(result.get("eval_s", 0.0))
+            self.eval_seconds["cpu"] += float(result.get("cpu_s", 0.0))
             if self.monitor is not None:
                 best = f"; new best -> {result['video']}" if result.get("video") else ""
                 self.monitor.announce(
@@ -418,6 +421,8 @@ class Trainer:
             "eval_weights_version": float(last.get("weights_version", nan)),
             "eval_s": float(last.get("eval_s", nan)),
             "eval_cpu_s": float(last.get("cpu_s", nan)),
+            "eval_wall_s_total": self.eval_seconds["wall"],
+            "eval_cpu_s_total": self.eval_seconds["cpu"],
         }
         if self.evaluator is not None:
             from pipeline.procstats import process_stats
