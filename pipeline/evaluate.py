@@ -402,7 +402,7 @@ def _probability(text: str) -> float:
     return value
 
 
-def add_policy_arguments(parser: argparse.ArgumentParser, *, episodes: int, max_steps_help: str) -> None:
+def add_policy_arguments(parser: argparse.ArgumentParser, *, episodes: int) -> None:
     """The flags ``play`` and ``eval`` share."""
     parser.add_argument("--checkpoint", required=True,
                         help="checkpoint file (runs/<run>/checkpoints/ckpt-<frames>.pt) or a run directory "
@@ -415,13 +415,13 @@ def add_policy_arguments(parser: argparse.ArgumentParser, *, episodes: int, max_
                         help="probability of a random action (default 0: greedy)")
     parser.add_argument("--seed", type=_int_at_least(0), default=0,
                         help="episode i resets with seed+i; random actions use this seed (default 0)")
-    parser.add_argument("--max-steps", type=_int_at_least(1), default=0, help=max_steps_help)
+    parser.add_argument("--max-steps", type=_int_at_least(1), default=0,
+                        help="cap on agent steps per episode (default: the run's max_episode_steps)")
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(prog="main.py eval", description="Evaluate a checkpoint: x position, flag rate, return.")
-    add_policy_arguments(parser, episodes=5, max_steps_help="cap on agent steps per episode "
-                                                            "(default: the run's max_episode_steps)")
+    add_policy_arguments(parser, episodes=5)
     parser.add_argument("--json", help="also write the results (and per-episode lists) to this JSON file")
     return parser
 

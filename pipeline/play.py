@@ -27,8 +27,7 @@ __all__ = ["build_parser", "play_command"]
 
 def build_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(prog="main.py play", description="Write a video of a checkpoint playing.")
-    add_policy_arguments(parser, episodes=1, max_steps_help="cap on agent steps per episode "
-                                                            "(default: the run's max_episode_steps)")
+    add_policy_arguments(parser, episodes=1)
     parser.add_argument("--out", help="video file, .mp4 or .gif (default: <run>/videos/play-<frames>.mp4)")
     return parser
 

@@ -6,22 +6,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-import torch
 
 from pipeline.checkpoint import CheckpointError
 from pipeline.errors import UserError
 from pipeline.play import play_command
-from tests.pipeline.test_evaluate import make_checkpoint, replicate
+from tests.pipeline.test_evaluate import make_checkpoint, one_torch_thread, replicate  # noqa: F401 (autouse)
 
 imageio_ffmpeg = pytest.importorskip("imageio_ffmpeg")
-
-
-@pytest.fixture(autouse=True)
-def one_torch_thread():
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
 
 
 def decode(path) -> tuple[dict, list[np.ndarray]]:
