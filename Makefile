@@ -6,7 +6,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 ARGS ?=
 
-.PHONY: run test bench install install-test clean-shm clean
+.PHONY: run test lint format bench install install-test clean-shm clean
 
 $(VENV)/bin/activate:
 	$(PYTHON) -m venv $(VENV)
@@ -26,15 +26,24 @@ install-test: $(VENV)/.installed-test
 run: install
 	$(PY) main.py $(ARGS)
 
-test: install-test
-	$(PY) -m pytest -q
+# Lint and format are checked before the tests, so CI holds them too.
+lint: install-test
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+format: install-test
+	$(VENV)/bin/ruff check --fix .
+	$(VENV)/bin/ruff format .
+
+test: lint
+	$(PY) -m pytest -q --durations=15
 
 bench: install
 	$(PY) main.py bench $(ARGS)
 
 # Remove shared-memory segments left by runs whose learner is gone.
 clean-shm: install
-	$(PY) -c "from pipeline.shm import remove_stale_segments as r; print('\n'.join(r()) or 'none')"
+	$(PY) -c "from pipeline.transport.segments import remove_stale_segments as r; print('\n'.join(r()) or 'none')"
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .hypothesis

@@ -164,23 +164,57 @@ PRESETS: dict[str, dict[str, Any]] = {
     # On 2 saturated cores an evaluation's CPU comes out of training (it slows the learner,
     # and collection follows through the replay ratio): every 120 s cost ~2.5 % of the
     # frames (bench, evaluator part), every 300 s ~1 %.
-    "cpu": dict(num_processes=2, batch_size=32, replay_capacity=100_000, learning_starts=5_000,
-                epsilon_decay_frames=250_000,
-                replay_ratio=4.0, device="cpu", learner_threads=1, ring_capacity=512, eval_interval_s=300.0),
-    "laptop": dict(num_processes=4, batch_size=64, replay_capacity=200_000, replay_ratio=4.0,
-                   device="auto"),
-    "desktop": dict(num_processes=8, batch_size=128, replay_capacity=500_000, replay_ratio=8.0,
-                    device="auto", ring_capacity=2048),
-    "server": dict(num_processes=16, batch_size=256, replay_capacity=1_000_000, replay_ratio=8.0,
-                   device="cuda", replay_device="cuda", ring_capacity=4096,
-                   updates_per_epoch=250),
+    "cpu": dict(
+        num_processes=2,
+        batch_size=32,
+        replay_capacity=100_000,
+        learning_starts=5_000,
+        epsilon_decay_frames=250_000,
+        replay_ratio=4.0,
+        device="cpu",
+        learner_threads=1,
+        ring_capacity=512,
+        eval_interval_s=300.0,
+    ),
+    "laptop": dict(num_processes=4, batch_size=64, replay_capacity=200_000, replay_ratio=4.0, device="auto"),
+    "desktop": dict(
+        num_processes=8, batch_size=128, replay_capacity=500_000, replay_ratio=8.0, device="auto", ring_capacity=2048
+    ),
+    "server": dict(
+        num_processes=16,
+        batch_size=256,
+        replay_capacity=1_000_000,
+        replay_ratio=8.0,
+        device="cuda",
+        replay_device="cuda",
+        ring_capacity=4096,
+        updates_per_epoch=250,
+    ),
     # Catch-v0 learned to the optimal return in ~85 s on 2 cores (3 seeds: 5.0, 4.7, 5.0 of 5).
     # No evaluator: the preset is for smoke tests, where one more process only costs time.
-    "tiny": dict(env_id="Catch-v0", reward_scale=1.0, num_processes=1, envs_per_collector=1, batch_size=32,
-                 replay_capacity=4_000, learning_rate=5e-4, learning_starts=200, ring_capacity=64,
-                 replay_ratio=2.0, compile=False, amp=False, device="cpu", learner_threads=2,
-                 updates_per_epoch=10, epsilon_decay_frames=2_000, target_sync_updates=200, monitor="off",
-                 checkpoint_interval_s=60.0, monitor_interval_s=1.0, eval_interval_s=0.0),
+    "tiny": dict(
+        env_id="Catch-v0",
+        reward_scale=1.0,
+        num_processes=1,
+        envs_per_collector=1,
+        batch_size=32,
+        replay_capacity=4_000,
+        learning_rate=5e-4,
+        learning_starts=200,
+        ring_capacity=64,
+        replay_ratio=2.0,
+        compile=False,
+        amp=False,
+        device="cpu",
+        learner_threads=2,
+        updates_per_epoch=10,
+        epsilon_decay_frames=2_000,
+        target_sync_updates=200,
+        monitor="off",
+        checkpoint_interval_s=60.0,
+        monitor_interval_s=1.0,
+        eval_interval_s=0.0,
+    ),
 }
 PRESET_NAMES: tuple[str, ...] = ("auto", *PRESETS)
 
@@ -284,8 +318,11 @@ def resolve_config(
     values: dict[str, Any] = {}
     sources: dict[str, str] = {}
     for f in fields(Config):
-        for layer, source in ((cli, "command line"), (knobs, "config.py knob"),
-                              (preset_values, f"{preset_source} {preset_label}")):
+        for layer, source in (
+            (cli, "command line"),
+            (knobs, "config.py knob"),
+            (preset_values, f"{preset_source} {preset_label}"),
+        ):
             if f.name in layer:
                 values[f.name], sources[f.name] = layer[f.name], source
                 break
@@ -334,21 +371,53 @@ def validate(cfg: Config) -> None:
 
     positive("num_processes", "use --num-processes N with N >= 1")
     positive("batch_size", "use --batch-size N with N >= 1")
-    for name in ("frame_skip", "envs_per_collector", "ring_capacity", "weights_check_steps", "replay_capacity", "frame_stack",
-                 "n_step", "grad_accum", "target_sync_updates", "updates_per_epoch",
-                 "model_update_frequency", "keep_checkpoints", "epsilon_decay_frames", "eval_episodes",
-                 "eval_max_steps"):
+    for name in (
+        "frame_skip",
+        "envs_per_collector",
+        "ring_capacity",
+        "weights_check_steps",
+        "replay_capacity",
+        "frame_stack",
+        "n_step",
+        "grad_accum",
+        "target_sync_updates",
+        "updates_per_epoch",
+        "model_update_frequency",
+        "keep_checkpoints",
+        "epsilon_decay_frames",
+        "eval_episodes",
+        "eval_max_steps",
+    ):
         positive(name)
-    for name in ("no_progress_steps", "max_episode_steps", "learning_starts", "total_frames", "seed",
-                 "learner_threads"):
+    for name in (
+        "no_progress_steps",
+        "max_episode_steps",
+        "learning_starts",
+        "total_frames",
+        "seed",
+        "learner_threads",
+    ):
         non_negative(name)
-    for name in ("heartbeat_timeout_s", "checkpoint_interval_s", "monitor_interval_s", "replay_ratio",
-                 "learning_rate", "adam_eps", "grad_clip"):
+    for name in (
+        "heartbeat_timeout_s",
+        "checkpoint_interval_s",
+        "monitor_interval_s",
+        "replay_ratio",
+        "learning_rate",
+        "adam_eps",
+        "grad_clip",
+    ):
         if not getattr(cfg, name) > 0 or getattr(cfg, name) == float("inf"):
             problems.append(_problem(name, getattr(cfg, name), "must be a finite number > 0", "use a positive value"))
     if not 0.0 <= cfg.eval_interval_s < float("inf"):
-        problems.append(_problem("eval_interval_s", cfg.eval_interval_s, "must be a finite number >= 0",
-                                 "use 0 for no evaluator, or seconds between evaluations"))
+        problems.append(
+            _problem(
+                "eval_interval_s",
+                cfg.eval_interval_s,
+                "must be a finite number >= 0",
+                "use 0 for no evaluator, or seconds between evaluations",
+            )
+        )
     if not 0.0 < cfg.gamma <= 1.0:
         problems.append(_problem("gamma", cfg.gamma, "must be in (0, 1]", "use e.g. 0.99"))
     for name in ("epsilon_start", "epsilon_end"):
@@ -358,30 +427,58 @@ def validate(cfg: Config) -> None:
         problems.append(_problem("reward_scale", cfg.reward_scale, "must be a finite number > 0", "use e.g. 0.1"))
     if cfg.action_set not in ("right_only", "simple", "complex"):
         problems.append(_problem("action_set", cfg.action_set, "must be right_only, simple or complex", "use simple"))
-    for name, allowed in (("device", ("cpu", "cuda", "auto")), ("replay_device", ("cpu", "cuda", "auto")),
-                          ("monitor", ("auto", "table", "log", "off"))):
+    for name, allowed in (
+        ("device", ("cpu", "cuda", "auto")),
+        ("replay_device", ("cpu", "cuda", "auto")),
+        ("monitor", ("auto", "table", "log", "off")),
+    ):
         if getattr(cfg, name) not in allowed:
-            problems.append(_problem(name, getattr(cfg, name), f"must be one of {', '.join(allowed)}",
-                                     f"use {allowed[0]}"))
+            problems.append(
+                _problem(name, getattr(cfg, name), f"must be one of {', '.join(allowed)}", f"use {allowed[0]}")
+            )
     if cfg.batch_size >= 1 and cfg.replay_capacity >= 1 and cfg.batch_size > cfg.replay_capacity:
-        problems.append(_problem("batch_size", cfg.batch_size, f"must not exceed replay_capacity ({cfg.replay_capacity})",
-                                 "lower --batch-size or raise replay_capacity"))
+        problems.append(
+            _problem(
+                "batch_size",
+                cfg.batch_size,
+                f"must not exceed replay_capacity ({cfg.replay_capacity})",
+                "lower --batch-size or raise replay_capacity",
+            )
+        )
     streams = cfg.num_processes * cfg.envs_per_collector
     if streams >= 1 and cfg.replay_capacity >= 1 and cfg.replay_capacity // streams < 64:
-        problems.append(_problem("replay_capacity", cfg.replay_capacity,
-                                 f"must hold at least 64 transitions per environment ({streams} environments)",
-                                 "raise replay_capacity or lower num_processes / envs_per_collector"))
+        problems.append(
+            _problem(
+                "replay_capacity",
+                cfg.replay_capacity,
+                f"must hold at least 64 transitions per environment ({streams} environments)",
+                "raise replay_capacity or lower num_processes / envs_per_collector",
+            )
+        )
     if cfg.learning_starts > cfg.replay_capacity >= 1:
-        problems.append(_problem("learning_starts", cfg.learning_starts,
-                                 f"must not exceed replay_capacity ({cfg.replay_capacity})", "lower learning_starts"))
+        problems.append(
+            _problem(
+                "learning_starts",
+                cfg.learning_starts,
+                f"must not exceed replay_capacity ({cfg.replay_capacity})",
+                "lower learning_starts",
+            )
+        )
     if cfg.grad_accum >= 1 and cfg.batch_size >= 1 and cfg.batch_size % cfg.grad_accum:
-        problems.append(_problem("grad_accum", cfg.grad_accum, f"must divide batch_size ({cfg.batch_size})",
-                                 "pick a divisor of the batch size"))
+        problems.append(
+            _problem(
+                "grad_accum",
+                cfg.grad_accum,
+                f"must divide batch_size ({cfg.batch_size})",
+                "pick a divisor of the batch size",
+            )
+        )
     if cfg.num_processes > 256:
         problems.append(_problem("num_processes", cfg.num_processes, "must be <= 256", "use fewer collectors"))
     if cfg.envs_per_collector > 64:
-        problems.append(_problem("envs_per_collector", cfg.envs_per_collector, "must be <= 64",
-                                 "use more collectors instead"))
+        problems.append(
+            _problem("envs_per_collector", cfg.envs_per_collector, "must be <= 64", "use more collectors instead")
+        )
     try:
         from envs import EnvIdError, validate_env_id
 

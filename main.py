@@ -24,10 +24,9 @@ import os
 import sys
 from typing import Any
 
+from pipeline.common.errors import OneLineParser, UserError
+
 EXIT_USAGE = 2
-
-
-from pipeline.errors import OneLineParser, UserError
 
 
 def _positive_int(text: str) -> int:
@@ -50,19 +49,35 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--run-name", help="name of this run's sub-directory (default: timestamp)")
     parser.add_argument("--resume", help="checkpoint file or run directory to continue from")
     parser.add_argument("--seed", type=_positive_int, help="base random seed")
-    parser.add_argument("--no-compile", dest="compile", action="store_const", const=False,
-                        help="skip torch.compile (eager learner)")
+    parser.add_argument(
+        "--no-compile", dest="compile", action="store_const", const=False, help="skip torch.compile (eager learner)"
+    )
     parser.add_argument("--no-amp", dest="amp", action="store_const", const=False, help="full fp32 learner")
     parser.add_argument("--device", choices=("cpu", "cuda", "auto"), help="learner device")
-    parser.add_argument("--checkpoint-interval", dest="checkpoint_interval_s", type=float,
-                        help="seconds between periodic checkpoints")
+    parser.add_argument(
+        "--checkpoint-interval", dest="checkpoint_interval_s", type=float, help="seconds between periodic checkpoints"
+    )
     parser.add_argument("--monitor", choices=("auto", "table", "log", "off"), help="monitor display")
-    parser.add_argument("--eval-interval", dest="eval_interval_s", type=float, metavar="S",
-                        help="seconds between evaluations of the latest weights during training (0 = none)")
-    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="FIELD=VALUE",
-                        help="set any config.py field, e.g. --set replay_ratio=4 (repeatable)")
-    parser.add_argument("--print-config", action="store_true",
-                        help="print the resolved configuration and where each value came from, then exit")
+    parser.add_argument(
+        "--eval-interval",
+        dest="eval_interval_s",
+        type=float,
+        metavar="S",
+        help="seconds between evaluations of the latest weights during training (0 = none)",
+    )
+    parser.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="FIELD=VALUE",
+        help="set any config.py field, e.g. --set replay_ratio=4 (repeatable)",
+    )
+    parser.add_argument(
+        "--print-config",
+        action="store_true",
+        help="print the resolved configuration and where each value came from, then exit",
+    )
     return parser
 
 
@@ -75,8 +90,7 @@ def parse_set_overrides(items: list[str]) -> dict[str, Any]:
         name, sep, text = item.partition("=")
         name = name.strip().replace("-", "_")
         if not sep or name not in FIELD_TYPES:
-            raise UserError(f"--set {item!r}: expected FIELD=VALUE with FIELD a config.py setting "
-                            f"(see --print-config)")
+            raise UserError(f"--set {item!r}: expected FIELD=VALUE with FIELD a config.py setting (see --print-config)")
         kind = FIELD_TYPES[name]
         try:
             if kind == "bool":
@@ -91,16 +105,29 @@ def parse_set_overrides(items: list[str]) -> dict[str, Any]:
 
 
 def cli_overrides(args: argparse.Namespace) -> dict[str, Any]:
-    keys = ("num_processes", "batch_size", "env_id", "total_frames", "run_dir", "run_name", "resume", "seed",
-            "compile", "amp", "device", "monitor", "checkpoint_interval_s", "eval_interval_s")
+    keys = (
+        "num_processes",
+        "batch_size",
+        "env_id",
+        "total_frames",
+        "run_dir",
+        "run_name",
+        "resume",
+        "seed",
+        "compile",
+        "amp",
+        "device",
+        "monitor",
+        "checkpoint_interval_s",
+        "eval_interval_s",
+    )
     values = parse_set_overrides(args.overrides)
     values.update({k: getattr(args, k) for k in keys if getattr(args, k) is not None})  # named flags win
     return values
 
 
 def _setup_logging() -> None:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s",
-                        stream=sys.stderr)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s", stream=sys.stderr)
 
 
 def run_train(argv: list[str]) -> int:
@@ -115,8 +142,8 @@ def run_train(argv: list[str]) -> int:
         print(resolved.describe())
         return 0
     _setup_logging()
-    from pipeline.checkpoint import CheckpointError
-    from pipeline.trainer import Trainer, TrainingError
+    from pipeline.learning.checkpoint import CheckpointError
+    from pipeline.run.trainer import Trainer, TrainingError
 
     try:
         return Trainer(resolved.config, sources=resolved.sources).run()
@@ -130,25 +157,25 @@ def run_train(argv: list[str]) -> int:
 
 
 def run_bench(argv: list[str]) -> int:
-    from pipeline.bench import bench_command
+    from pipeline.bench.suite import bench_command
 
     return bench_command(argv)
 
 
 def run_play(argv: list[str]) -> int:
-    from pipeline.play import play_command
+    from pipeline.commands.play import play_command
 
     return play_command(argv)
 
 
 def run_eval(argv: list[str]) -> int:
-    from pipeline.evaluate import eval_command
+    from pipeline.commands.evaluate import eval_command
 
     return eval_command(argv)
 
 
 def run_plot(argv: list[str]) -> int:
-    from pipeline.plots import plot_command
+    from pipeline.commands.plots import plot_command
 
     return plot_command(argv)
 
@@ -163,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
         command = argv.pop(0)
     from config import ConfigError
     from envs import EnvIdError
-    from pipeline.checkpoint import CheckpointError
+    from pipeline.learning.checkpoint import CheckpointError
 
     try:
         return COMMANDS[command](argv)

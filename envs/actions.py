@@ -32,8 +32,7 @@ def validate_action_set(name: str) -> None:
     """Raise ValueError naming the accepted action sets if ``name`` is not one of them."""
     if name not in ACTION_SET_NAMES:
         raise ValueError(
-            f"unknown action set {name!r}: use one of {', '.join(ACTION_SET_NAMES)} "
-            f"(default {DEFAULT_ACTION_SET!r})"
+            f"unknown action set {name!r}: use one of {', '.join(ACTION_SET_NAMES)} (default {DEFAULT_ACTION_SET!r})"
         )
 
 

@@ -98,8 +98,10 @@ def make_env(
     frame_skip = _check_int("frame_skip", frame_skip, 1)
     no_progress_steps = _check_int("no_progress_steps", no_progress_steps, 0)
     max_episode_steps = _check_int("max_episode_steps", max_episode_steps or 0, 0)
-    if isinstance(reward_scale, bool) or not isinstance(reward_scale, numbers.Real) or not (
-        math.isfinite(reward_scale) and reward_scale > 0
+    if (
+        isinstance(reward_scale, bool)
+        or not isinstance(reward_scale, numbers.Real)
+        or not (math.isfinite(reward_scale) and reward_scale > 0)
     ):
         raise ValueError(f"reward_scale must be a finite number > 0, got {reward_scale!r}")
 

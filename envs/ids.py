@@ -120,10 +120,7 @@ def _all_env_ids() -> tuple[str, ...]:
     ids += [f"SuperMarioBrosRandomStages-v{v}" for v in range(len(ROM_MODES))]
     ids += [f"SuperMarioBros2-v{v}" for v in range(len(LOST_LEVELS_ROM_MODES))]
     ids += [
-        f"SuperMarioBros-{world}-{stage}-v{v}"
-        for v in range(len(ROM_MODES))
-        for world in WORLDS
-        for stage in STAGES
+        f"SuperMarioBros-{world}-{stage}-v{v}" for v in range(len(ROM_MODES)) for world in WORLDS for stage in STAGES
     ]
     ids.append(CATCH_ID)
     return tuple(ids)

@@ -12,7 +12,6 @@ memory). ``TimeLimit`` is gymnasium's own and is re-exported here.
 from __future__ import annotations
 
 import time
-
 from typing import Any, SupportsFloat
 
 import cv2
@@ -53,9 +52,7 @@ class ActionSet(gymnasium.ActionWrapper[np.ndarray, int, int]):
         """Return the controller byte of discrete ``action``."""
         # Explicit check: a negative index would otherwise silently pick from the end.
         if not 0 <= action < len(self._bytes):
-            raise ValueError(
-                f"action {action!r} out of range for action set {self.name!r} (0-{len(self._bytes) - 1})"
-            )
+            raise ValueError(f"action {action!r} out of range for action set {self.name!r} (0-{len(self._bytes) - 1})")
         return self._bytes[int(action)]
 
     def get_action_meanings(self) -> list[str]:

@@ -90,9 +90,7 @@ class QNetwork(nn.Module):
         self._init_weights()
 
     def _init_weights(self) -> None:
-        output_layers = (
-            {self.value, self.advantage} if self.dueling else {self.head}
-        )
+        output_layers = {self.value, self.advantage} if self.dueling else {self.head}
         for module in self.modules():
             if isinstance(module, nn.Conv2d):
                 nn.init.kaiming_normal_(module.weight, mode="fan_out", nonlinearity="relu")

@@ -100,8 +100,14 @@ def test_unknown_preset_is_a_config_error():
         resolve_config({}, preset="huge", knobs={})
 
 
-FIELD_VALUES = st.one_of(st.integers(-10**12, 10**12), st.floats(allow_nan=True, allow_infinity=True),
-                         st.text(max_size=12), st.booleans(), st.none(), st.lists(st.integers(), max_size=2))
+FIELD_VALUES = st.one_of(
+    st.integers(-(10**12), 10**12),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.text(max_size=12),
+    st.booleans(),
+    st.none(),
+    st.lists(st.integers(), max_size=2),
+)
 
 
 @settings(max_examples=200, deadline=None)

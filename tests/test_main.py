@@ -12,8 +12,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def run_main(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "main.py", *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=timeout)
+    return subprocess.run([sys.executable, "main.py", *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout)
 
 
 @pytest.mark.parametrize(

@@ -77,7 +77,7 @@ def test_max_and_skip_matches_four_hand_stepped_frames() -> None:
     assert np.array_equal(obs_w, obs_r)
     actions = np.random.default_rng(3).choice(MOVES, size=50)
     differed = 0
-    for step, action in enumerate(actions):
+    for step, action in enumerate(actions):  # noqa: B007 (step is read after the loop)
         obs, reward, terminated, truncated, _ = wrapped.step(int(action))
         frames, rewards = [], []
         for _ in range(4):

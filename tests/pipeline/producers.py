@@ -22,15 +22,15 @@ from contextlib import contextmanager
 
 import numpy as np
 
-from pipeline import ring as R
-from pipeline.records import RECORD_DTYPE
-from pipeline.shm import attach_segment, create_segment, project_segments, release, segment_name
+from pipeline.transport import ring as R
+from pipeline.transport.records import RECORD_DTYPE
+from pipeline.transport.segments import attach_segment, create_segment, project_segments, release, segment_name
 
 POOL = 61  # frames per producer pool (prime, so neighbouring seqs never share a frame)
 FRAME_BYTES = 84 * 84
 HALF_ROWS = 42
-# pipeline.weights imports torch; the supervised targets only need the stop word, so the
-# index is repeated here (test_supervisor checks it still matches pipeline.weights.STOP).
+# pipeline.transport.weights imports torch; the supervised targets only need the stop word, so the
+# index is repeated here (test_supervisor checks it still matches pipeline.transport.weights.STOP).
 WEIGHTS_STOP_WORD = 5
 
 
@@ -126,8 +126,9 @@ def check_records(producer: int, first_seq: int, recs: np.ndarray) -> None:
     expected_seqs = np.arange(first_seq, first_seq + n)
     if not np.array_equal(seqs, expected_seqs):
         bad = int(np.flatnonzero(seqs != expected_seqs)[0])
-        raise AssertionError(f"producer {producer}: record {first_seq + bad} carries seq {seqs[bad]} "
-                             f"(gap, duplicate or reordering)")
+        raise AssertionError(
+            f"producer {producer}: record {first_seq + bad} carries seq {seqs[bad]} (gap, duplicate or reordering)"
+        )
     exp = expected_records(producer, expected_seqs)
     for name in ("frame", "reward", "action", "flags"):
         if not np.array_equal(recs[name], exp[name]):
@@ -143,8 +144,7 @@ def _busy(iterations: int) -> int:
     return acc
 
 
-def ring_producer(ring_name: str, slot: int, producer: int, total: int, mode: str = "fields",
-                  work: int = 0) -> None:
+def ring_producer(ring_name: str, slot: int, producer: int, total: int, mode: str = "fields", work: int = 0) -> None:
     """Write records ``header[WRITE_SEQ] .. total - 1`` into ``slot`` the way a collector does.
 
     Continues from the slot's ``write_seq``, so a producer restarted after SIGKILL carries
@@ -197,17 +197,15 @@ def _produce(slot_view: R.Slot, producer: int, total: int, mode: str, work: int)
             seq += 1
 
 
-def episode_producer(ring_name: str, slot: int, producer: int, total: int, episode_every: int,
-                     bad_every: int) -> None:
+def episode_producer(ring_name: str, slot: int, producer: int, total: int, episode_every: int, bad_every: int) -> None:
     """Records like :func:`ring_producer` plus an episode summary every ``episode_every``
     records; every ``bad_every``-th summary is preceded by one malformed episode cell."""
     with attached_ring(ring_name) as ring:
         _produce_with_episodes(ring.slots[slot], producer, total, episode_every, bad_every)
 
 
-def _produce_with_episodes(slot_view: R.Slot, producer: int, total: int, episode_every: int,
-                           bad_every: int) -> None:
-    from pipeline import episodes
+def _produce_with_episodes(slot_view: R.Slot, producer: int, total: int, episode_every: int, bad_every: int) -> None:
+    from pipeline.transport import episodes
 
     transitions = slot_view.transitions
     block = expected_records(producer, np.arange(total))
@@ -228,11 +226,20 @@ def _produce_with_episodes(slot_view: R.Slot, producer: int, total: int, episode
 
 
 def make_summary(collector: int, index: int):
-    from pipeline.episodes import EpisodeSummary
+    from pipeline.transport.episodes import EpisodeSummary
 
-    return EpisodeSummary(ret=index * 1.5 - 3.0, length=100 + index, x_pos=40 * index, flag_get=index % 3 == 0,
-                          world=1 + index % 8, stage=1 + index % 4, collector=collector, weights_version=index,
-                          epsilon=1.0 / (1 + index), truncated=index % 2 == 1)
+    return EpisodeSummary(
+        ret=index * 1.5 - 3.0,
+        length=100 + index,
+        x_pos=40 * index,
+        flag_get=index % 3 == 0,
+        world=1 + index % 8,
+        stage=1 + index % 4,
+        collector=collector,
+        weights_version=index,
+        epsilon=1.0 / (1 + index),
+        truncated=index % 2 == 1,
+    )
 
 
 def write_bad_episode_cell(ring: R.SpscRing, index: int) -> None:
@@ -262,7 +269,7 @@ def weights_subscriber(weights_name: str, reads: int, results) -> None:
     Every other read goes through ``read(out, max_attempts=1)`` in a loop of our own, so
     the copies the block rejected (a publish overlapped them) can be counted.
     """
-    from pipeline.weights import WeightsBlock
+    from pipeline.transport.weights import WeightsBlock
 
     segment = attach_segment(weights_name)
     block = WeightsBlock(segment.buf)
@@ -300,8 +307,18 @@ def weights_subscriber(weights_name: str, reads: int, results) -> None:
     finally:
         block.close()
         release(segment, unlink=False)
-    results.put({"pid": os.getpid(), "reads": done, "bad": bad, "first_bad": first_bad, "distinct": len(versions),
-                 "backwards": backwards, "last": last, "rejected_copies": retries})
+    results.put(
+        {
+            "pid": os.getpid(),
+            "reads": done,
+            "bad": bad,
+            "first_bad": first_bad,
+            "distinct": len(versions),
+            "backwards": backwards,
+            "last": last,
+            "rejected_copies": retries,
+        }
+    )
 
 
 # ------------------------------------------------------------------------ shm
@@ -312,7 +329,7 @@ def create_segment_and_die(tag: str, size: int) -> None:
 
     segment = create_segment(segment_name(tag, "ring"), size)
     segment.buf[:4] = b"dead"
-    resource_tracker.unregister(segment._name, "shared_memory")  # noqa: SLF001
+    resource_tracker.unregister(segment._name, "shared_memory")
     segment.close()
     sys.stdout.flush()
     os.kill(os.getpid(), signal.SIGKILL)

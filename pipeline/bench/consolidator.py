@@ -1,0 +1,208 @@
+"""Throughput benchmark of the consolidator: how many records/s the learner side absorbs.
+
+``producers`` spawn processes flood their ring slots with full-size records (a pre-built
+record array; one record copy + commit per record, i.e. a collector's write without an
+environment). The test process runs the real :class:`~pipeline.run.consolidator.Consolidator`
+``run()`` coroutine into a real :class:`pipeline.learning.replay.ReplayMemory` on the CPU (or, if
+that cannot be imported, a numpy sink doing the same per-field copies) and counts what it
+consumed during ``seconds`` after a 1 s warm-up.
+
+Run::
+
+    python -m pipeline.bench.consolidator [seconds] [producers] [capacity]
+"""
+
+from __future__ import annotations
+
+import asyncio
+import multiprocessing as mp
+import os
+import sys
+import time
+import uuid
+from pathlib import Path
+
+if __name__ == "__main__" and not __package__:  # run as a script: make `pipeline` importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+import numpy as np
+
+from pipeline.transport import ring as R
+from pipeline.transport.records import FRAME_SHAPE, RECORD_BYTES, RECORD_DTYPE
+from pipeline.transport.segments import attach_segment, create_segment, release, segment_name
+
+WARMUP_S = 1.0
+PREBUILT_RECORDS = 64
+STOP_CHECK_RECORDS = 4096
+SINK_RECORDS_PER_STREAM = 8192
+
+
+# ------------------------------------------------------------------------ producers
+def flood_producer(ring_name: str, slot: int, stop, seed: int) -> None:
+    """Spawn target: write pre-built records into ``slot`` as fast as the ring allows."""
+    segment = attach_segment(ring_name)
+    ring = R.TransitionRing.from_buffer(segment.buf)
+    try:
+        _flood(ring.slots[slot], stop, seed)
+    finally:
+        ring.close()
+        release(segment, unlink=False)
+
+
+def _flood(slot: R.Slot, stop, seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    records = np.zeros(PREBUILT_RECORDS, RECORD_DTYPE)
+    records["frame"] = rng.integers(0, 256, (PREBUILT_RECORDS, *FRAME_SHAPE), np.uint8)
+    records["reward"] = rng.standard_normal(PREBUILT_RECORDS).astype(np.float32)
+    records["action"] = rng.integers(0, 12, PREBUILT_RECORDS)
+    header = slot.header
+    header[R.PID] = os.getpid()
+    transitions = slot.transitions
+    cells = transitions.cells
+    capacity = transitions.capacity
+    wait_for_space, commit = transitions.wait_for_space, transitions.commit
+    should_stop = stop.is_set
+    written = 0
+    try:
+        while True:
+            wait_for_space(should_stop)
+            cells[int(header[R.WRITE_SEQ]) % capacity] = records[written % PREBUILT_RECORDS]
+            commit()
+            written += 1
+            if written % STOP_CHECK_RECORDS == 0:
+                header[R.HEARTBEAT_NS] = time.monotonic_ns()
+                if should_stop():
+                    return
+    except R.RingStopped:
+        return
+
+
+# ------------------------------------------------------------------------ sinks
+class NumpyCopySink:
+    """Fallback sink: per-stream circular arrays, per-field copies like ReplayMemory's CPU path."""
+
+    def __init__(self, streams: int, per_stream: int = SINK_RECORDS_PER_STREAM) -> None:
+        self.per_stream = per_stream
+        self.frames = np.zeros((streams, per_stream, *FRAME_SHAPE), np.uint8)
+        self.actions = np.zeros((streams, per_stream), np.uint8)
+        self.rewards = np.zeros((streams, per_stream), np.float32)
+        self.flags = np.zeros((streams, per_stream), np.uint8)
+        self.count = np.zeros(streams, np.int64)
+
+    def add(self, stream: int, records: np.ndarray) -> None:
+        records = records[-self.per_stream :]
+        start = int(self.count[stream]) % self.per_stream
+        head = min(len(records), self.per_stream - start)
+        for begin, part in ((start, records[:head]), (0, records[head:])):
+            end = begin + len(part)
+            if end > begin:
+                self.frames[stream, begin:end] = part["frame"]
+                self.actions[stream, begin:end] = part["action"]
+                self.rewards[stream, begin:end] = part["reward"]
+                self.flags[stream, begin:end] = part["flags"]
+        self.count[stream] += len(records)
+
+
+def make_sink(streams: int):
+    """A real CPU ReplayMemory when importable, else the numpy fallback; and its name."""
+    try:
+        from pipeline.learning.replay import ReplayMemory
+    except ImportError:
+        return NumpyCopySink(streams), "numpy"
+    return ReplayMemory(streams * SINK_RECORDS_PER_STREAM, streams, device="cpu"), "replay"
+
+
+# ------------------------------------------------------------------------ benchmark
+def bench_consolidator(seconds: float = 5.0, producers: int = 2, capacity: int = 1024) -> dict:
+    """Records/s and MB/s the consolidator absorbs from ``producers`` flooding producers."""
+    from pipeline.run.consolidator import Consolidator
+
+    layout = R.RingLayout(num_slots=producers, capacity=capacity)
+    tag = f"bench{uuid.uuid4().hex[:8]}"
+    segment = create_segment(segment_name(tag, "ring"), layout.total_bytes)
+    ctx = mp.get_context("spawn")
+    stop = ctx.Event()
+    procs = [ctx.Process(target=flood_producer, args=(segment.name, i, stop, i), daemon=True) for i in range(producers)]
+    ring = None
+    try:
+        ring = R.TransitionRing.initialise(segment.buf, layout)
+        sink, sink_name = make_sink(producers)
+        consolidator = Consolidator(ring, sink)
+        for p in procs:
+            p.start()
+        deadline = time.monotonic() + 60
+        while any(int(slot.header[R.PID]) == 0 for slot in ring.slots):  # children are up
+            if time.monotonic() > deadline or any(p.exitcode is not None for p in procs):
+                raise RuntimeError("benchmark producers did not start")
+            time.sleep(0.01)
+        result = asyncio.run(_measure(consolidator, ring, seconds))
+        sink_records = int(sink.inserted if sink_name == "replay" else sink.count.sum())
+        if sink_records != consolidator.total_records:
+            raise RuntimeError(f"sink holds {sink_records} records, consolidator consumed {consolidator.total_records}")
+    finally:
+        stop.set()
+        for p in procs:
+            if p.pid is None:  # never started
+                continue
+            p.join(10)
+            if p.is_alive():
+                p.kill()
+                p.join(5)
+        if ring is not None:
+            ring.close()
+        release(segment, unlink=True)
+    records = result["records"]
+    elapsed = result["elapsed_s"]
+    return {
+        "records_per_s": records / elapsed,
+        "mb_per_s": records * RECORD_BYTES / elapsed / 1e6,
+        "producers": producers,
+        "sink": sink_name,
+        "stall_pct": 100.0 * result["stall_ns"] / (elapsed * 1e9 * producers),
+        "capacity": capacity,
+        "seconds": elapsed,
+        "records": records,
+        "sink_records": sink_records,
+        "polls": result["polls"],
+        "max_gap_ms": 1e3 * result["max_gap_s"],
+    }
+
+
+async def _measure(consolidator, ring: R.TransitionRing, seconds: float) -> dict:
+    stop = asyncio.Event()
+    task = asyncio.create_task(consolidator.run(stop))
+
+    def snapshot():
+        return (
+            time.perf_counter(),
+            consolidator.total_records,
+            consolidator.polls,
+            sum(int(slot.header[R.STALL_NS]) for slot in ring.slots),
+        )
+
+    try:
+        await asyncio.sleep(WARMUP_S)
+        consolidator.reset_gap()
+        t0, r0, p0, s0 = snapshot()
+        await asyncio.sleep(seconds)
+        t1, r1, p1, s1 = snapshot()
+        max_gap = consolidator.reset_gap()
+    finally:
+        stop.set()
+        await task
+    return {"records": r1 - r0, "elapsed_s": t1 - t0, "polls": p1 - p0, "stall_ns": s1 - s0, "max_gap_s": max_gap}
+
+
+def main(argv: list[str]) -> None:
+    # Import by module name, so spawn children find the producer as
+    # pipeline.bench.consolidator.flood_producer even when this file runs as __main__.
+    from pipeline.bench.consolidator import bench_consolidator as bench
+
+    kwargs = {}
+    for name, value in zip(("seconds", "producers", "capacity"), argv):
+        kwargs[name] = float(value) if name == "seconds" else int(value)
+    print(bench(**kwargs))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

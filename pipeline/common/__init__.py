@@ -1,0 +1,7 @@
+"""The bottom layer: what every other layer may use, with no torch and no config.
+
+- :mod:`~pipeline.common.errors`: :class:`UserError` (one line, non-zero exit) and
+  :class:`OneLineParser` (argparse that reports a bad flag in one line).
+- :mod:`~pipeline.common.files`: atomic writes (temp file, fsync, rename) and the
+  output-path check every command that writes a file runs first.
+"""

@@ -1,0 +1,496 @@
+"""The DQN learner: Double-DQN updates of a BatchNorm Q-network, with AMP and torch.compile.
+
+One ``Learner.update(batch)`` is one optimizer step:
+
+1. The batch is moved host-to-device once (pinned + non-blocking when the learner is on
+   CUDA and the batch on CPU; no copy at all on a CPU learner).
+2. Double-DQN targets for the whole batch, without gradients::
+
+       a*     = argmax_a Q_online(s', a)
+       target = ret + discount * Q_target(s', a*)
+
+   ``discount`` comes from the replay already holding ``gamma**k`` (0 when the n-step
+   window hit a terminal state), so ``LearnerSettings.gamma`` is not used here.
+3. The masked Huber loss ``sum(w * huber(Q_online(s, a), target)) / max(sum(w), 1)``,
+   optionally as ``grad_accum`` micro-batches whose gradients accumulate; every micro
+   loss is divided by the *full* batch's weight sum so the accumulated gradient is the
+   full-batch gradient (up to BatchNorm, which normalises each micro-batch on its own).
+4. ``clip_grad_norm_(grad_clip)``, Adam step, and every ``target_sync_updates`` steps a
+   full copy ``target.load_state_dict(online.state_dict())`` (BatchNorm buffers too).
+
+BatchNorm modes (why):
+
+* The online net is in **train** mode for the loss forward on ``s``: batch statistics
+  are what BatchNorm is trained with, and that forward advances the running statistics.
+* The target net is always in **eval** mode: its running statistics are a frozen copy
+  from the last sync, so targets do not depend on which samples share the batch.
+* The online net's next-state argmax runs in **eval** mode (running statistics, no
+  gradient). That makes ``a*`` the action the acting copy (which also runs in eval mode
+  with the published statistics) would choose, keeps the argmax independent of the
+  batch composition, and avoids advancing the running statistics a second time per
+  update with next-state data. Targets for the whole batch are computed before any
+  micro-batch's train-mode forward, so every micro-batch sees the same targets.
+
+Known limitation: samples with weight 0 do not contribute to the loss or, through the
+loss, to the gradient, but their observations still enter BatchNorm's batch statistics
+of the train-mode forward. Invalid rows must hold finite values (``0 * inf`` is NaN).
+
+``torch.compile`` (``settings.compile``) compiles the two pure tensor functions (target
+computation and loss forward; AOTAutograd compiles the backward too); the optimizer
+step stays eager. Compilation happens at the first update, which ``warmup`` runs on
+random data. If it fails the learner restores its state, emits exactly one
+``CompileFallbackWarning`` naming the error, and continues in eager mode.
+``settings.compile_backend`` picks the backend; an unknown name is the honest way to
+exercise the fallback in tests.
+
+Mixed precision (``settings.amp``): bf16 autocast on CPU; on CUDA bf16 when supported,
+else fp16 with a ``GradScaler``. Parameters and optimizer state stay float32; the loss
+is computed in float32.
+
+Metrics are accumulated in device tensors; ``pop_metrics`` does the only host sync.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import logging
+import time
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from models import QNetwork
+from pipeline.learning.replay import Batch  # the batch type the replay memory samples
+
+__all__ = [
+    "BatchLike",
+    "CompileFallbackWarning",
+    "Learner",
+    "LearnerSettings",
+]
+
+logger = logging.getLogger(__name__)
+
+_BATCH_FIELDS: tuple[str, ...] = ("obs", "action", "ret", "next_obs", "discount", "weight")
+# Enough updates to trigger the first compile (forward and backward graphs) and any
+# recompile the second call might cause, cheap enough to be negligible in eager mode.
+_WARMUP_UPDATES = 3
+# Order of the per-update statistics kept in ``Learner._metric_sums``.
+_LOSS, _TD_ABS, _Q_SUM, _WEIGHT, _GRAD_NORM = range(5)
+_ERROR_TEXT_LIMIT = 500
+
+
+class CompileFallbackWarning(RuntimeWarning):
+    """``torch.compile`` failed; the learner fell back to eager execution."""
+
+
+class BatchLike(Protocol):
+    """What ``Learner.update`` reads from a replay batch (see ``pipeline/learning/replay.py``)."""
+
+    obs: torch.Tensor  # uint8 [B, S, 84, 84]
+    action: torch.Tensor  # int64 [B]
+    ret: torch.Tensor  # float32 [B], n-step discounted reward sum
+    next_obs: torch.Tensor  # uint8 [B, S, 84, 84]
+    discount: torch.Tensor  # float32 [B], gamma**k or 0 when terminated
+    weight: torch.Tensor  # float32 [B], 1 valid / 0 invalid
+
+
+@dataclass
+class LearnerSettings:
+    """Plain learner settings, filled from the project Config by the caller."""
+
+    learning_rate: float = 1e-4
+    adam_eps: float = 1.5e-4
+    gamma: float = 0.99  # unused by update(): the batch's discount already holds gamma**k
+    grad_clip: float = 10.0
+    grad_accum: int = 1
+    target_sync_updates: int = 2000
+    dueling: bool = True
+    frame_stack: int = 4
+    compile: bool = True
+    amp: bool = True
+    device: str = "cpu"
+    compile_backend: str = "inductor"
+    compile_mode: str | None = None  # torch.compile mode, e.g. "max-autotune"; None = default
+
+
+def _resolve_device(name: str) -> torch.device:
+    device = torch.device(name)
+    # Tensors report "cuda:0", never "cuda": pin the index so device comparisons work.
+    if device.type == "cuda" and device.index is None:
+        device = torch.device("cuda", torch.cuda.current_device())
+    return device
+
+
+def _pick_amp_dtype(device: torch.device, enabled: bool) -> torch.dtype | None:
+    if not enabled:
+        return None
+    if device.type == "cpu":
+        return torch.bfloat16
+    if device.type == "cuda":
+        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+    return None  # other backends: no autocast rather than an untested one
+
+
+def _short_error(exc: BaseException) -> str:
+    # Dynamo errors embed long traces; the warning should stay one readable paragraph.
+    text = f"{type(exc).__name__}: {exc}".strip()
+    first_lines = " ".join(text.splitlines()[:3])
+    if len(first_lines) > _ERROR_TEXT_LIMIT:
+        first_lines = first_lines[: _ERROR_TEXT_LIMIT - 3] + "..."
+    return first_lines
+
+
+class Learner:
+    """Owns the online/target Q-networks, the optimizer and the update step."""
+
+    def __init__(self, num_actions: int, settings: LearnerSettings) -> None:
+        if settings.grad_accum < 1:
+            raise ValueError(f"grad_accum must be >= 1, got {settings.grad_accum}")
+        if settings.target_sync_updates < 1:
+            raise ValueError(f"target_sync_updates must be >= 1, got {settings.target_sync_updates}")
+        self.settings = settings
+        self.num_actions = num_actions
+        self.device: torch.device = _resolve_device(settings.device)
+
+        # channels_last activations: faster convs at training batch sizes (see QNetwork).
+        self.online: nn.Module = QNetwork(num_actions, settings.frame_stack, settings.dueling, channels_last=True)
+        self.online.to(self.device).train()
+        self.target: nn.Module = QNetwork(num_actions, settings.frame_stack, settings.dueling, channels_last=True)
+        self.target.to(self.device)
+        self.target.load_state_dict(self.online.state_dict())
+        self.target.eval()
+        self.target.requires_grad_(False)
+
+        # Fused Adam: one kernel instead of ~10 elementwise ops per parameter (the
+        # per-op version cost ~5 ms of a ~45 ms fp32 batch-32 update on a 2-core CPU).
+        # The fused CPU kernel assumes parameters and their Adam state share a memory
+        # layout, which holds because the parameters stay contiguous.
+        self.optimizer = torch.optim.Adam(
+            self.online.parameters(),
+            lr=settings.learning_rate,
+            eps=settings.adam_eps,
+            fused=self.device.type in ("cpu", "cuda"),
+        )
+        self.amp_dtype: torch.dtype | None = _pick_amp_dtype(self.device, settings.amp)
+        # bf16 has fp32's exponent range, so only fp16 needs loss scaling.
+        self.scaler: torch.amp.GradScaler | None = (
+            torch.amp.GradScaler("cuda") if self.amp_dtype == torch.float16 else None
+        )
+        self.updates: int = 0
+        self.compiled: bool = False
+
+        self._params: list[nn.Parameter] = list(self.online.parameters())
+        self._targets_fn: Callable[..., torch.Tensor] = self._targets_impl
+        self._loss_fn: Callable[..., tuple[torch.Tensor, torch.Tensor]] = self._loss_impl
+        # Compilation is attempted once, at the first update (normally inside warmup()).
+        self._compile_pending: bool = settings.compile
+        self._metric_sums = torch.zeros(5, dtype=torch.float32, device=self.device)
+        self._metric_updates: int = 0
+
+    # ------------------------------------------------------------------ public API
+
+    def update(self, batch: BatchLike) -> None:
+        """One optimizer step on ``batch`` (split into ``grad_accum`` micro-batches)."""
+        tensors = self._batch_to_device(batch)
+        if self._compile_pending:
+            self._first_compiled_update(tensors)
+        else:
+            self._update_step(*tensors)
+
+    def compute_loss(self, batch: BatchLike) -> torch.Tensor:
+        """The full-batch masked Huber loss the update minimises, with its autograd graph.
+
+        Uses the same (possibly compiled) functions as ``update``. Like an update, the
+        train-mode forward advances the online net's BatchNorm running statistics.
+        """
+        obs, action, ret, next_obs, discount, weight = self._batch_to_device(batch)
+        target = self._compute_targets(next_obs, ret, discount)
+        loss, _ = self._loss_fn(obs, action, target, weight, weight.sum().clamp(min=1.0))
+        return loss
+
+    def warmup(self, batch_size: int) -> float:
+        """Compile (if enabled) by running a few updates on random data; restore all state.
+
+        Online and target weights and BatchNorm buffers, optimizer and scaler state, the
+        update counter, pending metrics and the global torch RNG are restored exactly.
+        Use the training batch size so the compiled graphs match the real shapes.
+        Returns the seconds spent.
+        """
+        start = time.perf_counter()
+        snapshot = self._snapshot()
+        cpu_rng = torch.get_rng_state()
+        batch = self._random_batch(batch_size)
+        for _ in range(_WARMUP_UPDATES):
+            self.update(batch)
+        self._restore(snapshot)
+        torch.set_rng_state(cpu_rng)
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)  # so the returned time includes the GPU work
+        elapsed = time.perf_counter() - start
+        logger.info("learner warmup: %.1f s, compiled=%s, amp_dtype=%s", elapsed, self.compiled, self.amp_dtype)
+        return elapsed
+
+    def pop_metrics(self) -> dict[str, float]:
+        """Means since the last pop: loss, |TD error|, Q of taken actions, grad norm.
+
+        |TD| and Q are averaged over valid (weight > 0) samples, loss and grad norm over
+        updates. Returns ``{}`` when no update happened since the last pop. This is the
+        only place the learner synchronises with the device.
+        """
+        if self._metric_updates == 0:
+            return {}
+        sums = self._metric_sums.tolist()  # the single host sync
+        count = self._metric_updates
+        self._metric_sums.zero_()
+        self._metric_updates = 0
+        valid = max(sums[_WEIGHT], 1.0)
+        return {
+            "loss": sums[_LOSS] / count,
+            "td_abs": sums[_TD_ABS] / valid,
+            "q_mean": sums[_Q_SUM] / valid,
+            "grad_norm": sums[_GRAD_NORM] / count,
+            "updates": float(count),
+        }
+
+    def q_values(self, obs_uint8: torch.Tensor) -> torch.Tensor:
+        """Eval-mode float32 Q-values of the online net, for evaluation episodes."""
+        obs = self._to_device(obs_uint8)
+        was_training = self.online.training
+        self.online.eval()
+        try:
+            with torch.no_grad():
+                return self.online(obs).float()
+        finally:
+            self.online.train(was_training)
+
+    def publishable_state(self) -> dict[str, torch.Tensor]:
+        """The full online ``state_dict`` (BatchNorm buffers too) as CPU float32 copies.
+
+        ``num_batches_tracked`` becomes float32 as well (exact below 2**24 updates; BN
+        ignores it when a momentum is set); ``load_state_dict`` casts it back.
+        """
+        return {
+            name: value.detach().to(device="cpu", dtype=torch.float32, copy=True)
+            for name, value in self.online.state_dict().items()
+        }
+
+    def sync_target(self) -> None:
+        """Copy every online parameter and buffer (BatchNorm statistics too) to the target."""
+        self.target.load_state_dict(self.online.state_dict())
+
+    def state_dict(self) -> dict[str, Any]:
+        """Online, target, optimizer and scaler state plus the update counter (live refs)."""
+        return {
+            "online": self.online.state_dict(),
+            "target": self.target.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "scaler": self.scaler.state_dict() if self.scaler is not None else None,
+            "updates": self.updates,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore what ``state_dict`` returned (tensors may live on any device)."""
+        self.online.load_state_dict(state["online"])
+        self.target.load_state_dict(state["target"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        if self.scaler is not None and state.get("scaler"):
+            self.scaler.load_state_dict(state["scaler"])
+        self.updates = int(state["updates"])
+
+    # ------------------------------------------------------------------ the step
+
+    def _update_step(
+        self,
+        obs: torch.Tensor,
+        action: torch.Tensor,
+        ret: torch.Tensor,
+        next_obs: torch.Tensor,
+        discount: torch.Tensor,
+        weight: torch.Tensor,
+    ) -> None:
+        target = self._compute_targets(next_obs, ret, discount)
+        # Normalising every micro-batch by the full batch's weight makes the accumulated
+        # gradient equal the full-batch gradient.
+        denom = weight.sum().clamp(min=1.0)
+        self.optimizer.zero_grad(set_to_none=True)
+        accum = self.settings.grad_accum
+        for obs_c, action_c, target_c, weight_c in zip(
+            obs.tensor_split(accum),
+            action.tensor_split(accum),
+            target.tensor_split(accum),
+            weight.tensor_split(accum),
+        ):
+            if obs_c.shape[0] == 0:  # grad_accum larger than the batch
+                continue
+            loss, stats = self._loss_fn(obs_c, action_c, target_c, weight_c, denom)
+            if self.scaler is not None:
+                self.scaler.scale(loss).backward()
+            else:
+                loss.backward()
+            self._metric_sums[:_GRAD_NORM] += stats
+
+        if self.scaler is not None:
+            self.scaler.unscale_(self.optimizer)  # clip the true gradients, not scaled ones
+        grad_norm = nn.utils.clip_grad_norm_(self._params, self.settings.grad_clip)
+        if self.scaler is not None:
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+        else:
+            self.optimizer.step()
+        self._metric_sums[_GRAD_NORM] += grad_norm.detach().float()
+        self._metric_updates += 1
+        self.updates += 1
+        if self.updates % self.settings.target_sync_updates == 0:
+            self.sync_target()
+
+    def _compute_targets(self, next_obs: torch.Tensor, ret: torch.Tensor, discount: torch.Tensor) -> torch.Tensor:
+        # Mode switches stay outside the compiled function: the compiled graphs are
+        # specialised (guarded) on them, so each graph always sees one fixed mode.
+        self.online.eval()
+        try:
+            with torch.no_grad():
+                return self._targets_fn(next_obs, ret, discount)
+        finally:
+            self.online.train()
+
+    def _autocast(self) -> contextlib.AbstractContextManager[Any]:
+        if self.amp_dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(device_type=self.device.type, dtype=self.amp_dtype)
+
+    def _targets_impl(self, next_obs: torch.Tensor, ret: torch.Tensor, discount: torch.Tensor) -> torch.Tensor:
+        """Double-DQN bootstrap targets (float32); both nets in eval mode, no grad."""
+        with self._autocast():
+            q_next_online = self.online(next_obs)
+            q_next_target = self.target(next_obs)
+        best_action = q_next_online.argmax(dim=1, keepdim=True)
+        bootstrap = q_next_target.gather(1, best_action).squeeze(1).float()
+        return ret + discount * bootstrap
+
+    def _loss_impl(
+        self,
+        obs: torch.Tensor,
+        action: torch.Tensor,
+        target: torch.Tensor,
+        weight: torch.Tensor,
+        denom: torch.Tensor,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Masked Huber loss and detached [loss, sum w|td|, sum w*q, sum w] statistics."""
+        with self._autocast():
+            q_all = self.online(obs)
+        q_taken = q_all.float().gather(1, action.unsqueeze(1)).squeeze(1)
+        # smooth_l1 with beta=1 is the Huber loss with delta=1.
+        per_sample = F.smooth_l1_loss(q_taken, target, reduction="none", beta=1.0)
+        loss = (weight * per_sample).sum() / denom
+        q_detached = q_taken.detach()
+        stats = torch.stack(
+            [
+                loss.detach(),
+                (weight * (target - q_detached).abs()).sum(),
+                (weight * q_detached).sum(),
+                weight.sum(),
+            ]
+        )
+        return loss, stats
+
+    # ------------------------------------------------------------------ compile
+
+    def _first_compiled_update(self, tensors: tuple[torch.Tensor, ...]) -> None:
+        self._compile_pending = False
+        snapshot = self._snapshot()
+        try:
+            self._targets_fn = self._compile(self._targets_impl)
+            self._loss_fn = self._compile(self._loss_impl)
+            self._update_step(*tensors)
+        except Exception as exc:  # any compiler/backend failure: fall back, do not crash
+            self._restore(snapshot)  # undo whatever the failed attempt changed
+            self._targets_fn = self._targets_impl
+            self._loss_fn = self._loss_impl
+            self.compiled = False
+            warnings.warn(
+                f"torch.compile (backend={self.settings.compile_backend!r}) failed, the "
+                f"learner continues in eager mode (slower): {_short_error(exc)}",
+                CompileFallbackWarning,
+                stacklevel=3,
+            )
+            logger.debug("torch.compile failure", exc_info=True)
+            self._update_step(*tensors)
+        else:
+            self.compiled = True
+
+    def _compile(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        # dynamic=False: batch shapes are fixed in training; static-shape kernels are
+        # faster, and a different micro-batch size just gets its own graph.
+        return torch.compile(
+            fn,
+            backend=self.settings.compile_backend,
+            mode=self.settings.compile_mode,
+            dynamic=False,
+        )
+
+    # ------------------------------------------------------------------ helpers
+
+    def _batch_to_device(self, batch: BatchLike) -> tuple[torch.Tensor, ...]:
+        obs, action, ret, next_obs, discount, weight = (self._to_device(getattr(batch, name)) for name in _BATCH_FIELDS)
+        # gather() needs int64 indices; .long() is a no-op for the replay's int64 actions.
+        return obs, action.long(), ret, next_obs, discount, weight
+
+    def _to_device(self, tensor: torch.Tensor) -> torch.Tensor:
+        if not isinstance(tensor, torch.Tensor):
+            tensor = torch.as_tensor(tensor)
+        if tensor.device == self.device:
+            return tensor  # CPU learner on a CPU batch: no copy
+        if self.device.type == "cuda" and tensor.device.type == "cpu":
+            # Pinned memory makes the copy asynchronous; the caching host allocator keeps
+            # the pinned block alive until the copy has finished.
+            if not tensor.is_pinned():
+                tensor = tensor.pin_memory()
+            return tensor.to(self.device, non_blocking=True)
+        return tensor.to(self.device)
+
+    def _random_batch(self, batch_size: int) -> Batch:
+        # A private generator so warmup does not move the global RNG streams.
+        gen = torch.Generator().manual_seed(0)
+        shape = (batch_size, self.settings.frame_stack, 84, 84)
+        return Batch(
+            obs=torch.randint(0, 256, shape, dtype=torch.uint8, generator=gen),
+            action=torch.randint(0, self.num_actions, (batch_size,), generator=gen),
+            ret=torch.randn(batch_size, generator=gen),
+            next_obs=torch.randint(0, 256, shape, dtype=torch.uint8, generator=gen),
+            discount=torch.full((batch_size,), self.settings.gamma),
+            weight=torch.ones(batch_size),
+        )
+
+    def _snapshot(self) -> dict[str, Any]:
+        def clone_tensors(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+            return {k: v.detach().clone() for k, v in state.items()}
+
+        return {
+            "online": clone_tensors(self.online.state_dict()),
+            "target": clone_tensors(self.target.state_dict()),
+            "optimizer": copy.deepcopy(self.optimizer.state_dict()),
+            "scaler": copy.deepcopy(self.scaler.state_dict()) if self.scaler is not None else None,
+            "updates": self.updates,
+            "metric_sums": self._metric_sums.clone(),
+            "metric_updates": self._metric_updates,
+        }
+
+    def _restore(self, snapshot: dict[str, Any]) -> None:
+        # load_state_dict copies in place, so parameter identities (which the optimizer
+        # and the compiled graphs refer to) are preserved.
+        self.online.load_state_dict(snapshot["online"])
+        self.target.load_state_dict(snapshot["target"])
+        self.optimizer.load_state_dict(snapshot["optimizer"])
+        if self.scaler is not None and snapshot["scaler"] is not None:
+            self.scaler.load_state_dict(snapshot["scaler"])
+        self.updates = snapshot["updates"]
+        self._metric_sums.copy_(snapshot["metric_sums"])
+        self._metric_updates = snapshot["metric_updates"]
+        self.optimizer.zero_grad(set_to_none=True)

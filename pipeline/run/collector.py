@@ -1,0 +1,386 @@
+"""The collector process: plays the game and writes every step into the ring.
+
+A collector builds its own emulators (never inherited from the parent), keeps a CPU
+copy of the Q-network in eval mode with one intra-op thread, and acts epsilon-greedy
+with the epsilon the learner publishes.
+
+It steps ``envs_per_collector`` environments in lockstep and chooses their actions with
+ONE batched forward pass. Inference is the only per-step cost a collector adds on top
+of the emulator; a batch-1 forward of the Nature CNN costs about 1-1.6 ms between
+emulator steps (its 6 MB fully connected weights fall out of cache), while one forward
+for four stacks costs little more than for one (docs/benchmarks.md has the figures).
+
+Each environment owns one ring slot (one stream: a single producer, whole episodes in
+order). Each step becomes one record in that slot; each finished episode adds a FINAL
+record (its last observation) and a msgpack summary. The collector's first slot is its
+"home": PID, heartbeat, phase times and weights version live in its header, so the
+learner's monitor and supervisor read them without any message passing.
+
+When every env takes the random branch of epsilon-greedy the network is not evaluated
+at all: the actions do not depend on it, which saves CPU early in training.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import sys
+import time
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from pipeline.transport import episodes as episode_channel
+from pipeline.transport import ring as R
+from pipeline.transport.records import FLAG_FINAL, FLAG_START, FLAG_TERMINATED, FLAG_TRUNCATED
+
+# Collectors need one intra-op thread; set before torch is imported in this process.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("MKL_NUM_THREADS", "1")
+
+ENV_ERROR_LIMIT = 5  # env failures within ENV_ERROR_WINDOW_S before backing off
+ENV_ERROR_WINDOW_S = 60.0
+ENV_ERROR_BACKOFF_S = 5.0
+PARENT_CHECK_STEPS = 256
+
+
+@dataclass
+class CollectorArgs:
+    """Everything a collector process needs; plain values so it pickles for spawn."""
+
+    slot: int  # the collector's index (its process number)
+    config: dict[str, Any]
+    ring_name: str
+    weights_name: str
+    parent_pid: int
+    log_path: str = ""
+    fault: str = ""  # fault injection for reliability tests: "" or "env_error:<step>" / "env_error_always"
+    slots: tuple[int, ...] = ()  # ring slots of its envs, the home slot first (default: (slot,))
+
+
+class _Stop(Exception):
+    """The learner asked to stop, or it is gone."""
+
+
+def collector_main(args: CollectorArgs) -> None:
+    """Process entry point (target of a spawn Process)."""
+    # Ctrl-C in a terminal reaches the whole process group; the learner decides when
+    # collectors stop (through the weights block), so they ignore SIGINT themselves.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    logger = _make_logger(args)
+    collector = None
+    try:
+        collector = Collector(args, logger)
+        collector.run()
+    except _Stop:
+        pass
+    except Exception:
+        logger.error("collector %d failed:\n%s", args.slot, traceback.format_exc())
+        raise
+    finally:
+        if collector is not None:
+            collector.close()
+
+
+def _make_logger(args: CollectorArgs) -> logging.Logger:
+    logger = logging.getLogger(f"mario.collector.{args.slot}")
+    logger.propagate = False
+    if args.log_path and not logger.handlers:
+        handler = logging.FileHandler(args.log_path)
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+        logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    return logger
+
+
+class EnvStream:
+    """One environment of a collector and the ring slot it writes to."""
+
+    def __init__(self, env, slot: R.Slot, seed: int, stack: np.ndarray) -> None:
+        self.env = env
+        self.slot = slot
+        self.header = slot.header
+        self.seed = seed
+        self.stack = stack  # a view into the collector's (K, S, 84, 84) batch
+        self.needs_reset = True
+        self.first_reset = True
+        self.flags = 0
+        self.episode_return = 0.0
+        self.episode_steps = 0
+        self.steps = int(self.header[R.STEPS])
+        self.frames = int(self.header[R.FRAMES])
+        self.episodes = int(self.header[R.EPISODES])
+        self.preprocess_done_ns = 0  # preprocessing time of envs of this stream already replaced
+
+
+class Collector:
+    def __init__(self, args: CollectorArgs, logger: logging.Logger) -> None:
+        import torch
+
+        from envs import make_env, preprocess_ns
+        from models import QNetwork
+        from pipeline.learning.flat_state import StateLoader
+        from pipeline.transport.segments import attach_segment
+        from pipeline.transport.weights import WeightsBlock
+
+        torch.set_num_threads(1)
+        self.torch = torch
+        self.args = args
+        self.cfg = args.config
+        self.logger = logger
+        self._make_env = make_env
+        self._preprocess_ns = preprocess_ns
+        self.ring_segment = attach_segment(args.ring_name)
+        self.weights_segment = attach_segment(args.weights_name)
+        ring = R.TransitionRing.from_buffer(self.ring_segment.buf)
+        slot_indices = args.slots or (args.slot,)
+        slots = [ring.slots[i] for i in slot_indices]
+        self.home = slots[0]
+        self.header = self.home.header
+        self.weights = WeightsBlock(self.weights_segment.buf)
+        for slot in slots:
+            slot.header[R.STARTS] = int(slot.header[R.STARTS]) + 1
+        self.header[R.PID] = os.getpid()
+        self.header[R.STATE] = R.STATE_STARTING
+        self.header[R.HEARTBEAT_NS] = time.monotonic_ns()
+        starts = int(self.header[R.STARTS])
+        self.rng = np.random.default_rng(int(self.cfg["seed"]) + 1000 * args.slot + 1_000_003 * starts)
+        frame_stack = int(self.cfg["frame_stack"])
+        self.stacks = np.zeros((len(slots), frame_stack, 84, 84), np.uint8)
+        self.stacks_tensor = torch.from_numpy(self.stacks)  # shares memory with stacks
+        self.streams = []
+        for k, (index, slot) in enumerate(zip(slot_indices, slots)):
+            seed = int(self.cfg["seed"]) + 1000 * index + 1_000_003 * starts
+            self.streams.append(EnvStream(self._build_env(seed), slot, seed, self.stacks[k]))
+        self.num_actions = int(self.streams[0].env.action_space.n)
+        self.model = QNetwork(self.num_actions, frame_stack, self.cfg["dueling"]).eval()
+        self.loader = StateLoader(self.model)
+        if self.loader.num_floats != self.weights.num_floats:
+            raise RuntimeError(
+                f"weights block holds {self.weights.num_floats} floats, the collector's network needs "
+                f"{self.loader.num_floats}"
+            )
+        self.weights_version = 0
+        self.env_errors: list[float] = []  # times of recent env failures (bounded by the window)
+        self.seen_errors: set[str] = set()
+        self.fault_step = -1
+        if args.fault.startswith("env_error:"):
+            self.fault_step = int(args.fault.split(":", 1)[1])
+
+    # -- helpers ------------------------------------------------------------------------
+    def _build_env(self, seed: int):
+        cfg = self.cfg
+        return self._make_env(
+            cfg["env_id"],
+            action_set=cfg["action_set"],
+            frame_skip=cfg["frame_skip"],
+            reward_scale=cfg["reward_scale"],
+            no_progress_steps=cfg["no_progress_steps"],
+            max_episode_steps=cfg["max_episode_steps"],
+            seed=seed,
+        )
+
+    def _should_stop(self) -> bool:
+        return self.weights.stop_requested or os.getppid() != self.args.parent_pid
+
+    def _sync_weights(self) -> None:
+        version = self.weights.version
+        if version != self.weights_version:
+            self.weights_version = self.weights.read(self.loader.staging)
+            self.loader.load()
+            self.header[R.WEIGHTS_VERSION] = self.weights_version
+
+    def _write(self, slot: R.Slot, frame: np.ndarray, action: int, reward: float, flags: int) -> None:
+        transitions = slot.transitions
+        try:
+            transitions.wait_for_space(self._should_stop)
+        except R.RingStopped:
+            raise _Stop from None
+        cell = transitions.next_cell()
+        cell["frame"] = frame
+        cell["action"] = action
+        cell["reward"] = reward
+        cell["flags"] = flags
+        transitions.commit()
+
+    def _env_failed(self, stream: EnvStream) -> None:
+        """Log an environment exception, rebuild the env, and back off if it keeps failing.
+
+        The first occurrence of an error is logged with its traceback; repeats of the same
+        error get one line each, so a flapping env cannot flood the log. The failed
+        episode is cut (the replay memory never bootstraps across a cut).
+        """
+        now = time.monotonic()
+        self.env_errors = [t for t in self.env_errors if now - t < ENV_ERROR_WINDOW_S] + [now]
+        stream.header[R.ENV_ERRORS] = int(stream.header[R.ENV_ERRORS]) + 1
+        error = traceback.format_exception_only(*sys.exc_info()[:2])[-1].strip()
+        if error not in self.seen_errors:
+            if len(self.seen_errors) < 100:
+                self.seen_errors.add(error)
+            self.logger.error(
+                "collector %d: environment raised; rebuilding it:\n%s", self.args.slot, traceback.format_exc()
+            )
+        else:
+            self.logger.error("collector %d: environment raised again (%s); rebuilding it", self.args.slot, error)
+        if len(self.env_errors) >= ENV_ERROR_LIMIT:
+            self.logger.error(
+                "collector %d: %d environment failures in the last %.0f s; backing off %.0f s before rebuilding",
+                self.args.slot,
+                len(self.env_errors),
+                ENV_ERROR_WINDOW_S,
+                ENV_ERROR_BACKOFF_S,
+            )
+            deadline = time.monotonic() + ENV_ERROR_BACKOFF_S
+            while time.monotonic() < deadline:
+                if self._should_stop():
+                    raise _Stop
+                self.header[R.HEARTBEAT_NS] = time.monotonic_ns()
+                time.sleep(0.1)
+            self.env_errors.clear()
+        stream.preprocess_done_ns += self._preprocess_ns(stream.env)  # the new env's clock starts at 0
+        try:
+            stream.env.close()
+        except Exception:  # noqa: BLE001 - a broken env may fail to close too
+            pass
+        stream.env = self._build_env(stream.seed)
+        stream.needs_reset = True
+
+    def _maybe_inject_fault(self, steps: int) -> None:
+        """Reliability tests only: raise inside env stepping as a broken emulator would."""
+        if self.args.fault == "env_error_always":
+            raise RuntimeError("injected environment fault (every step)")
+        if steps == self.fault_step:
+            self.fault_step = -1  # once
+            raise RuntimeError(f"injected environment fault at step {steps}")
+
+    def _reset(self, stream: EnvStream) -> bool:
+        try:
+            obs, _ = stream.env.reset(seed=stream.seed if stream.first_reset else None)
+        except Exception:  # noqa: BLE001 - see _env_failed
+            self._env_failed(stream)
+            return False
+        stream.first_reset = stream.needs_reset = False
+        stream.stack[:] = obs
+        stream.flags = FLAG_START
+        stream.episode_return = 0.0
+        stream.episode_steps = 0
+        return True
+
+    def _preprocess_total(self) -> int:
+        return sum(s.preprocess_done_ns + self._preprocess_ns(s.env) for s in self.streams)
+
+    # -- main loop ----------------------------------------------------------------------
+    def run(self) -> None:
+        torch = self.torch
+        header, cfg = self.header, self.cfg
+        check_every = max(1, int(cfg["weights_check_steps"]) // len(self.streams))  # in rounds
+        frame_skip = 1 if cfg["env_id"].startswith("Catch") else int(cfg["frame_skip"])
+        reward_scale = float(cfg["reward_scale"])
+        perf = time.perf_counter_ns
+        emulate_ns = int(header[R.EMULATE_NS])
+        infer_ns = int(header[R.INFER_NS])
+        write_ns = int(header[R.WRITE_NS])
+        preprocess_base = int(header[R.PREPROCESS_NS])  # earlier processes on this slot
+        preprocess_seen = self._preprocess_total()
+        self._sync_weights()
+        epsilon = self.weights.epsilon if self.weights.version else 1.0
+        header[R.STATE] = R.STATE_RUNNING
+        rounds = 0
+        k_envs = len(self.streams)
+        while True:
+            t0 = perf()
+            for stream in self.streams:
+                while stream.needs_reset and not self._reset(stream):
+                    pass
+            # Epsilon-greedy for every env at once; one forward for the greedy ones.
+            actions = self.rng.integers(self.num_actions, size=k_envs)
+            greedy = self.rng.random(k_envs) >= epsilon
+            t1 = perf()
+            if greedy.any():
+                with torch.inference_mode():
+                    best = self.model(self.stacks_tensor).argmax(1).numpy()
+                actions = np.where(greedy, best, actions)
+            t2 = perf()
+            write_ns_round = 0
+            episode_ended = False
+            for stream, action in zip(self.streams, actions.tolist()):
+                try:
+                    self._maybe_inject_fault(stream.steps)
+                    next_obs, reward, terminated, truncated, info = stream.env.step(action)
+                except Exception:  # noqa: BLE001 - the episode is cut; replay handles cuts
+                    self._env_failed(stream)
+                    continue
+                tw = perf()
+                done = terminated or truncated
+                flags = stream.flags | (FLAG_TERMINATED if terminated else FLAG_TRUNCATED if truncated else 0)
+                self._write(stream.slot, stream.stack[-1], action, reward, flags)
+                stream.flags = 0
+                stream.steps += 1
+                stream.frames += frame_skip
+                stream.episode_steps += 1
+                stream.episode_return += reward
+                stream.stack[:-1] = stream.stack[1:]
+                stream.stack[-1] = next_obs
+                if done:
+                    self._write(stream.slot, next_obs, 0, 0.0, FLAG_FINAL)
+                stream.header[R.STEPS] = stream.steps
+                stream.header[R.FRAMES] = stream.frames
+                te = perf()
+                write_ns_round += te - tw
+                if done:
+                    episode_ended = True
+                    stream.episodes += 1
+                    stream.header[R.EPISODES] = stream.episodes
+                    summary = episode_channel.EpisodeSummary(
+                        ret=float(stream.episode_return / reward_scale),
+                        length=stream.episode_steps,
+                        x_pos=int(info.get("x_pos", 0)),
+                        flag_get=bool(info.get("flag_get", False)),
+                        world=int(info.get("world", 0)),
+                        stage=int(info.get("stage", 0)),
+                        collector=self.args.slot,
+                        weights_version=self.weights_version,
+                        epsilon=float(epsilon),
+                        truncated=bool(truncated),
+                    )
+                    episode_channel.send(stream.slot.episodes, summary, self._should_stop)
+                    stream.needs_reset = True
+            t3 = perf()
+            # The preprocessing wrappers time themselves; the rest of stepping is emulation
+            # (resets included, which happen at the top of the round).
+            preprocess_now = self._preprocess_total()
+            preprocess_delta = preprocess_now - preprocess_seen
+            preprocess_seen = preprocess_now
+            infer_ns += t2 - t1
+            write_ns += write_ns_round
+            emulate_ns += (t1 - t0) + (t3 - t2 - write_ns_round) - preprocess_delta
+            header[R.PREPROCESS_NS] = preprocess_base + preprocess_now
+            header[R.EMULATE_NS] = emulate_ns
+            header[R.INFER_NS] = infer_ns
+            header[R.WRITE_NS] = write_ns
+            header[R.HEARTBEAT_NS] = time.monotonic_ns()
+            rounds += 1
+            # New weights between episodes, and at least every weights_check_steps steps.
+            if episode_ended or rounds % check_every == 0:
+                self._sync_weights()
+                epsilon = self.weights.epsilon
+            if self.weights.stop_requested or (rounds % PARENT_CHECK_STEPS == 0 and self._should_stop()):
+                raise _Stop
+
+    def close(self) -> None:
+        from pipeline.transport.segments import release
+
+        self.header[R.STATE] = R.STATE_STOPPED
+        self.home = self.header = None  # type: ignore[assignment]
+        self.streams = []
+        self.weights.close()
+        release(self.ring_segment, unlink=False)
+        release(self.weights_segment, unlink=False)
+
+
+def default_log_path(run_path: str | Path, slot: int) -> str:
+    return str(Path(run_path) / "logs" / f"collector-{slot}.log")

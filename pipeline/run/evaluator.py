@@ -1,0 +1,425 @@
+"""A background evaluator for training runs: greedy episodes with the latest weights.
+
+One long-lived ``spawn`` process (started once, never one per evaluation) reads the
+weights the learner publishes to the shared-memory weights block, exactly as a
+collector does (:class:`pipeline.transport.weights.WeightsBlock` + :class:`StateLoader`), and every
+``interval_s`` seconds plays ``episodes`` greedy episodes (epsilon 0, at most
+``max_steps`` agent steps each) with them; the first evaluation comes one interval
+after the process starts. Weights that were already evaluated are not
+evaluated again. Results go back through a ``multiprocessing`` queue, which the
+learner drains with :meth:`Evaluator.poll` without ever blocking; this channel is off
+the hot path (one small dict per evaluation).
+
+Episode ``i`` of every evaluation resets with ``config["seed"] + EVAL_SEED_OFFSET + i``,
+so successive weights versions are compared on the same starts. Returns are in game
+units (rewards unscaled), like ``episode_return`` in ``metrics.csv``.
+
+The best episode so far (highest return) is kept as ``<run>/videos/best.mp4`` (a GIF
+without imageio-ffmpeg), with ``best.json`` describing it. To keep memory flat, an
+episode's frames are not stored while it plays: only its actions are, and when it is a
+new best it is replayed from its seed (the env is deterministic given seed and actions)
+while being encoded, so video encoding happens only when a new best appears. On a
+resumed run ``best.json`` is read back, so a worse episode never replaces the video.
+
+The process is polite: ``os.nice(10)``, one torch thread, one encoder thread, and it
+ignores SIGINT (the learner decides when it stops). It exits when :meth:`Evaluator.stop`
+asks, when the weights block's stop flag is set, or when its parent dies. It logs to
+``<run>/logs/evaluator.log``.
+
+Usage in the learner::
+
+    evaluator = Evaluator(cfg.to_dict(), run_path, weights_segment.name, interval_s=300, episodes=2)
+    evaluator.start()
+    ...
+    for result in evaluator.poll():   # every monitor tick; never blocks
+        ...
+    evaluator.stop()                  # before unlinking the weights segment
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import multiprocessing as mp
+import os
+import queue
+import signal
+import time
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+__all__ = ["EVAL_SEED_OFFSET", "Evaluator", "EvaluatorArgs", "evaluator_main"]
+
+EVAL_SEED_OFFSET = 5_000_000  # evaluation seeds never coincide with collector seeds
+SLEEP_S = 0.1  # how often an idle evaluator checks its stop conditions
+MAX_CONSECUTIVE_FAILURES = 5
+
+
+@dataclass
+class EvaluatorArgs:
+    """Everything the evaluator process needs; plain values so it pickles for spawn."""
+
+    config: dict[str, Any]
+    run_path: str
+    weights_name: str
+    parent_pid: int
+    interval_s: float
+    episodes: int
+    max_steps: int
+
+
+class Evaluator:
+    """Owns the evaluator process; lives in the learner.
+
+    Args:
+        config: the run's ``Config.to_dict()``.
+        run_path: the run directory (videos go to ``<run>/videos``, the log to ``<run>/logs``).
+        weights_name: name of the weights block's shared-memory segment.
+        interval_s: seconds between the starts of two evaluations (at least; an
+            evaluation waits for weights it has not evaluated yet).
+        episodes: greedy episodes per evaluation.
+        max_steps: agent steps after which an evaluation episode is cut.
+    """
+
+    def __init__(
+        self,
+        config: dict,
+        run_path: Path,
+        weights_name: str,
+        *,
+        interval_s: float,
+        episodes: int = 1,
+        max_steps: int = 2000,
+    ) -> None:
+        if not interval_s >= 0:
+            raise ValueError(f"interval_s must be >= 0, got {interval_s!r}")
+        if episodes < 1:
+            raise ValueError(f"episodes must be >= 1, got {episodes!r}")
+        if max_steps < 1:
+            raise ValueError(f"max_steps must be >= 1, got {max_steps!r}")
+        self.config = dict(config)
+        self.run_path = Path(run_path)
+        self.weights_name = weights_name
+        self.interval_s = float(interval_s)
+        self.episodes = int(episodes)
+        self.max_steps = int(max_steps)
+        self.process: mp.process.BaseProcess | None = None
+        self._queue: Any = None
+        self._stop: Any = None
+        self._pending: list[dict] = []
+
+    # -- lifecycle ------------------------------------------------------------------------
+    def start(self) -> None:
+        """Start the evaluator process (once)."""
+        if self.process is not None:
+            raise RuntimeError("the evaluator was already started; create a new Evaluator to restart it")
+        ctx = mp.get_context("spawn")
+        self._queue = ctx.Queue()
+        self._stop = ctx.Event()
+        args = EvaluatorArgs(
+            config=self.config,
+            run_path=str(self.run_path),
+            weights_name=self.weights_name,
+            parent_pid=os.getpid(),
+            interval_s=self.interval_s,
+            episodes=self.episodes,
+            max_steps=self.max_steps,
+        )
+        self.process = ctx.Process(
+            target=evaluator_main, args=(args, self._queue, self._stop), name="evaluator", daemon=True
+        )
+        self.process.start()
+
+    def poll(self) -> list[dict]:
+        """Evaluations finished since the last call (oldest first); never blocks.
+
+        Each is a dict with ``weights_version``, ``learner_step``, ``mean_return``,
+        ``mean_x_pos``, ``max_x_pos``, ``flag_rate``, ``mean_length``, ``episodes``,
+        ``best_return``, ``new_best`` (bool), ``video`` (path of the best video when this
+        evaluation produced it, else None), ``eval_s`` (wall seconds), ``cpu_s`` (CPU
+        seconds of this process; a new best's encoding runs in an ffmpeg child, not
+        counted) and ``time`` (Unix time).
+        """
+        results, self._pending = self._pending, []
+        if self._queue is None:
+            return results
+        while True:
+            try:
+                results.append(self._queue.get_nowait())
+            except queue.Empty:
+                return results
+            except (EOFError, OSError, ValueError):  # queue closed or the child died mid-write
+                return results
+
+    def stop(self, timeout_s: float = 10) -> None:
+        """Ask the process to finish, wait up to ``timeout_s``, then terminate/kill it.
+
+        Results that arrive meanwhile are kept for the next :meth:`poll`. Safe to call
+        more than once, and before :meth:`start`.
+        """
+        process = self.process
+        if process is None or self._stop is None or self._queue is None:
+            return  # never started, or already stopped
+        self._stop.set()
+        deadline = time.monotonic() + timeout_s
+        while process.is_alive() and time.monotonic() < deadline:
+            self._pending.extend(self.poll())  # keep the pipe empty so the child can exit
+            process.join(0.1)
+        if process.is_alive():
+            process.terminate()
+            process.join(2.0)
+        if process.is_alive():
+            process.kill()
+            process.join(2.0)
+        self._pending.extend(self.poll())
+        self._queue.close()
+        self._queue.join_thread()
+        self._queue = None
+
+    @property
+    def pid(self) -> int | None:
+        return None if self.process is None else self.process.pid
+
+    @property
+    def alive(self) -> bool:
+        return self.process is not None and self.process.is_alive()
+
+    @property
+    def exitcode(self) -> int | None:
+        return None if self.process is None else self.process.exitcode
+
+
+# ---------------------------------------------------------------------- the process
+
+
+def _make_logger(run_path: Path) -> logging.Logger:
+    logger = logging.getLogger("mario.evaluator")
+    logger.propagate = False
+    if not logger.handlers:
+        try:
+            (run_path / "logs").mkdir(parents=True, exist_ok=True)
+            handler: logging.Handler = logging.FileHandler(run_path / "logs" / "evaluator.log")
+        except OSError:
+            handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+        logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    return logger
+
+
+def evaluator_main(args: EvaluatorArgs, results: Any, stop_event: Any) -> None:
+    """Process entry point (target of a spawn Process)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the learner's business
+    try:
+        os.nice(10)
+    except OSError:
+        pass
+    # Never let an unread result keep this process from exiting.
+    results.cancel_join_thread()
+    logger = _make_logger(Path(args.run_path))
+    worker = None
+    try:
+        worker = _Worker(args, results, stop_event, logger)
+        worker.run()
+    except Exception:
+        logger.error("evaluator failed:\n%s", traceback.format_exc())
+        raise
+    finally:
+        if worker is not None:
+            worker.close()
+
+
+class _Worker:
+    def __init__(self, args: EvaluatorArgs, results: Any, stop_event: Any, logger: logging.Logger) -> None:
+        import torch
+
+        import envs
+        from models import QNetwork
+        from pipeline.commands.evaluate import _config_with_defaults, build_env
+        from pipeline.learning.flat_state import StateLoader
+        from pipeline.transport.segments import attach_segment
+        from pipeline.transport.weights import WeightsBlock
+
+        torch.set_num_threads(1)
+        self.args = args
+        self.results = results
+        self.stop_event = stop_event
+        self.logger = logger
+        self.cfg = _config_with_defaults(args.config)
+        self.videos = Path(args.run_path) / "videos"
+        self.segment = attach_segment(args.weights_name)
+        self.weights = WeightsBlock(self.segment.buf)
+        self.num_actions = envs.num_actions(self.cfg["env_id"], self.cfg["action_set"])
+        self.frame_stack = int(self.cfg["frame_stack"])
+        self.model = QNetwork(self.num_actions, self.frame_stack, bool(self.cfg["dueling"])).eval()
+        self.model.requires_grad_(False)
+        self.loader = StateLoader(self.model)
+        if self.loader.num_floats != self.weights.num_floats:
+            raise RuntimeError(
+                f"weights block holds {self.weights.num_floats} floats, the evaluator's network "
+                f"needs {self.loader.num_floats}"
+            )
+        self._build_env = build_env
+        self.seed0 = int(self.cfg["seed"]) + EVAL_SEED_OFFSET
+        self.env = build_env(self.cfg, seed=self.seed0)
+        self.best_return = self._load_best()
+
+    def _load_best(self) -> float:
+        try:
+            return float(json.loads((self.videos / "best.json").read_text())["return"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return float("-inf")
+
+    def should_stop(self) -> bool:
+        return self.stop_event.is_set() or self.weights.stop_requested or os.getppid() != self.args.parent_pid
+
+    def run(self) -> None:
+        evaluated = 0
+        # The first evaluation waits one interval too: at a run's start the weights are
+        # random and the CPU is busy compiling and booting collectors.
+        next_start = time.monotonic() + self.args.interval_s
+        failures = 0
+        self.logger.info(
+            "evaluator started (pid %d): every %g s, %d episode(s) of at most %d steps",
+            os.getpid(),
+            self.args.interval_s,
+            self.args.episodes,
+            self.args.max_steps,
+        )
+        while not self.should_stop():
+            if time.monotonic() < next_start or self.weights.version in (0, evaluated):
+                time.sleep(SLEEP_S)
+                continue
+            started = time.monotonic()
+            try:
+                version = self.evaluate()
+            except Exception:
+                failures += 1
+                self.logger.error("evaluation failed (%d in a row):\n%s", failures, traceback.format_exc())
+                if failures >= MAX_CONSECUTIVE_FAILURES:
+                    raise
+                self._rebuild_env()
+                next_start = started + max(self.args.interval_s, 1.0)
+                continue
+            failures = 0
+            if version:
+                evaluated = version
+            next_start = started + self.args.interval_s
+        self.logger.info("evaluator stopping")
+
+    def _rebuild_env(self) -> None:
+        try:
+            self.env.close()
+        except Exception:  # noqa: BLE001 - it is being replaced because it broke
+            pass
+        self.env = self._build_env(self.cfg, seed=self.seed0)
+
+    def evaluate(self) -> int:
+        """One evaluation of the current weights; returns their version (0 if interrupted)."""
+        from pipeline.commands.evaluate import run_episode, summarise
+
+        t0, cpu0 = time.monotonic(), time.process_time()
+        version = self.weights.read(self.loader.staging)
+        self.loader.load()
+        learner_step = self.weights.learner_step
+        episodes = []
+        for i in range(self.args.episodes):
+            episodes.append(
+                run_episode(
+                    self.env,
+                    self.model,
+                    frame_stack=self.frame_stack,
+                    num_actions=self.num_actions,
+                    seed=self.seed0 + i,
+                    max_steps=self.args.max_steps,
+                    should_stop=self.should_stop,
+                )
+            )
+            if self.should_stop():
+                return 0
+        summary = summarise(episodes)
+        best = max(episodes, key=lambda e: e.ret)
+        video = None
+        new_best = best.ret > self.best_return
+        if new_best:
+            video = self._save_best(best, version, learner_step)
+            self.best_return = best.ret
+        result = {
+            "weights_version": version,
+            "learner_step": learner_step,
+            **{
+                k: summary[k]
+                for k in ("mean_return", "mean_x_pos", "max_x_pos", "flag_rate", "mean_length", "episodes")
+            },
+            "best_return": self.best_return,
+            "new_best": new_best,
+            "video": video,
+            "eval_s": time.monotonic() - t0,
+            "cpu_s": time.process_time() - cpu0,
+            "time": time.time(),
+        }
+        self.results.put(result)
+        self.logger.info(
+            "weights v%d (update %d): return %.1f, x_pos %.0f, flag rate %.2f%s",
+            version,
+            learner_step,
+            result["mean_return"],
+            result["mean_x_pos"],
+            result["flag_rate"],
+            f"; new best {best.ret:.1f} -> {video}" if new_best else "",
+        )
+        return version
+
+    def _save_best(self, episode: Any, version: int, learner_step: int) -> str:
+        """Replay ``episode`` from its seed and actions into videos/best.mp4 (atomically)."""
+        from pipeline.commands.evaluate import caption, play_episode
+        from pipeline.learning.recording import annotate, open_video, video_fps
+
+        self.videos.mkdir(parents=True, exist_ok=True)
+        writer = open_video(self.videos / "best.mp4", video_fps(self.cfg["env_id"], self.cfg["frame_skip"]), threads=1)
+        replayed = None
+        try:
+            for step in play_episode(
+                self.env,
+                self.model,
+                frame_stack=self.frame_stack,
+                num_actions=self.num_actions,
+                seed=episode.seed,
+                actions=episode.actions,
+                record=True,
+            ):
+                writer.append(annotate(step.frame, caption(step, f"v{version}")))
+                replayed = step.result
+            path = writer.close()
+        except BaseException:
+            writer.abort()
+            raise
+        if replayed is None or replayed.ret != episode.ret or replayed.length != episode.length:
+            self.logger.warning(
+                "best episode did not replay identically (return %.1f vs %.1f); the video shows the replay",
+                replayed.ret if replayed else float("nan"),
+                episode.ret,
+            )
+        info = {
+            **episode.to_dict(),
+            "weights_version": version,
+            "learner_step": learner_step,
+            "video": path.name,
+            "time": time.time(),
+        }
+        tmp = self.videos / ".best.json.tmp"
+        tmp.write_text(json.dumps(info, indent=2) + "\n")
+        os.replace(tmp, self.videos / "best.json")
+        return str(path)
+
+    def close(self) -> None:
+        from pipeline.transport.segments import release
+
+        try:
+            self.env.close()
+        except Exception:  # noqa: BLE001 - closing on the way out
+            pass
+        self.weights.close()
+        release(self.segment, unlink=False)

@@ -1,0 +1,336 @@
+"""The built-in throughput monitor: where every second of the run goes.
+
+Every ``monitor_interval_s`` the trainer hands the monitor a :class:`Snapshot` of raw
+counters (cumulative frames, records, updates, phase nanoseconds...) and gauges (replay
+size, epsilon, loss...). The monitor turns counters into rates over 10 s, 60 s and the
+whole run, and shows them as a live table (rich) on a terminal or as one plain log line
+otherwise. The same scalars go to a CSV file and TensorBoard in the run directory.
+
+Memory stays bounded: the history is a fixed-size deque of snapshots, enough to cover
+the longest window.
+"""
+
+from __future__ import annotations
+
+import csv
+import logging
+import math
+import os
+import sys
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+
+logger = logging.getLogger("mario.monitor")
+
+WINDOWS_S: tuple[int, ...] = (10, 60)
+
+# Counters (cumulative) whose rates the monitor reports, and their display names.
+RATE_COUNTERS: dict[str, str] = {
+    "frames": "env frames/s",
+    "steps": "agent steps/s",
+    "records": "consolidated records/s",
+    "updates": "updates/s",
+    "samples": "samples/s",
+    "episodes": "episodes/s",
+}
+COLLECTOR_PHASES = ("emulate", "preprocess", "infer", "write", "stall")
+LEARNER_PHASES = ("wait", "sample", "update", "publish", "consolidate")
+
+
+@dataclass
+class Snapshot:
+    """Raw figures at one instant. ``counters`` are cumulative; ``gauges`` instantaneous."""
+
+    time: float
+    counters: dict[str, float]
+    gauges: dict[str, float]
+    collectors: list[dict[str, float]] = field(default_factory=list)  # per collector counters+gauges
+    startup: dict[str, float] = field(default_factory=dict)  # seconds, reported on their own
+
+
+class RateHistory:
+    """Fixed-size history of snapshots; rates over trailing windows and the whole run."""
+
+    def __init__(self, interval_s: float, longest_window_s: float = max(WINDOWS_S)) -> None:
+        self.samples: deque[Snapshot] = deque(maxlen=int(math.ceil(longest_window_s / interval_s)) + 2)
+        self.first: Snapshot | None = None
+
+    def add(self, snap: Snapshot) -> None:
+        if self.first is None:
+            self.first = snap
+        self.samples.append(snap)
+
+    def _at_or_before(self, t: float) -> Snapshot:
+        chosen = self.samples[0]
+        for snap in self.samples:  # at most ~14 entries
+            if snap.time <= t:
+                chosen = snap
+        return chosen
+
+    def rate(self, key: str, window_s: float | None, per_collector: int | None = None) -> float:
+        if not self.samples:
+            return 0.0
+        last = self.samples[-1]
+        base = self.first if window_s is None else self._at_or_before(last.time - window_s)
+        assert base is not None
+        dt = last.time - base.time
+        if dt <= 0:
+            return 0.0
+        if per_collector is None:
+            return (last.counters.get(key, 0.0) - base.counters.get(key, 0.0)) / dt
+        now = last.collectors[per_collector].get(key, 0.0) if per_collector < len(last.collectors) else 0.0
+        then = base.collectors[per_collector].get(key, 0.0) if per_collector < len(base.collectors) else 0.0
+        return max(0.0, now - then) / dt
+
+
+def phase_shares(history: RateHistory, keys: tuple[str, ...], prefix: str, window_s: float) -> dict[str, float]:
+    """Percent of wall time per phase over the window (summed over processes for collectors)."""
+    rates = {k: history.rate(f"{prefix}{k}_ns", window_s) / 1e9 for k in keys}
+    return {k: 100.0 * v for k, v in rates.items()}
+
+
+class Monitor:
+    def __init__(
+        self, run_path: Path, *, mode: str, interval_s: float, resume: bool = False, tensorboard: bool = True
+    ) -> None:
+        self.run_path = Path(run_path)
+        self.interval_s = interval_s
+        self.history = RateHistory(interval_s)
+        self.mode = self._resolve_mode(mode)
+        self.live = None
+        self.csv_path = self.run_path / "metrics.csv"
+        self._csv_file = None
+        self._csv_writer: csv.DictWriter | None = None
+        self._csv_resume = resume and self.csv_path.exists()
+        self.writer = None
+        if tensorboard:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self.writer = SummaryWriter(log_dir=str(self.run_path / "tensorboard"))
+        self.last_row: dict[str, float] = {}
+        self.startup_reported: set[str] = set()
+        self.messages: deque[str] = deque(maxlen=4)  # latest announcements, shown under the table
+
+    @staticmethod
+    def _resolve_mode(mode: str) -> str:
+        if mode == "auto":
+            return "table" if sys.stdout.isatty() and os.environ.get("TERM", "") != "dumb" else "log"
+        return mode
+
+    # -- lifecycle ------------------------------------------------------------------------
+    def start_display(self) -> None:
+        if self.mode == "table":
+            from rich.live import Live
+
+            self.live = Live(self._render_table({}, []), refresh_per_second=2, transient=False)
+            self.live.start()
+
+    def announce(self, message: str) -> None:
+        """A startup or lifecycle event: a log line, or a line under the live table."""
+        if self.mode == "off":
+            return
+        self.messages.append(message)
+        if self.live is not None:
+            self.live.update(self._render_table(self.last_row, [], "starting"))
+        else:
+            logger.info(message)
+
+    def close(self) -> None:
+        if self.live is not None:
+            self.live.stop()
+            self.live = None
+        if self._csv_file is not None:
+            self._csv_file.close()
+            self._csv_file = None
+        if self.writer is not None:
+            self.writer.close()
+            self.writer = None
+
+    # -- per tick ---------------------------------------------------------------------------
+    def update(self, snap: Snapshot, status: str = "") -> dict[str, float]:
+        """Record a snapshot, derive the scalars, and show/log/write them."""
+        self.history.add(snap)
+        row = self.derive(snap)
+        per_collector = self.collector_rows(snap)
+        if self.mode == "table" and self.live is not None:
+            self.live.update(self._render_table(row, per_collector, status, snap.startup))
+        elif self.mode == "log":
+            logger.info(self.log_line(row, status))
+        for key, seconds in snap.startup.items():
+            if key not in self.startup_reported:
+                self.startup_reported.add(key)
+                self.announce(f"startup: {key} after {seconds:.1f} s")
+        self._write_csv(row)
+        self._write_tensorboard(row, int(snap.counters.get("frames", 0)))
+        self.last_row = row
+        return row
+
+    def derive(self, snap: Snapshot) -> dict[str, float]:
+        h = self.history
+        row: dict[str, float] = {"time_s": snap.time}
+        for key in RATE_COUNTERS:
+            row[f"{key}_per_s"] = h.rate(key, WINDOWS_S[0])
+            row[f"{key}_per_s_60s"] = h.rate(key, WINDOWS_S[1])
+            row[f"{key}_per_s_run"] = h.rate(key, None)
+            row[key] = snap.counters.get(key, 0.0)
+        # Samples drawn per inserted transition: over the last 10 s (what the limiter is
+        # doing now) and over the whole run (including the warm-up fill, so lower).
+        row["replay_ratio"] = row["samples_per_s"] / row["records_per_s"] if row["records_per_s"] > 0 else 0.0
+        row["replay_ratio_run"] = snap.counters.get("samples", 0.0) / max(1.0, snap.counters.get("records", 0.0))
+        for name, share in phase_shares(h, COLLECTOR_PHASES, "collector_", WINDOWS_S[0]).items():
+            row[f"collector_{name}_pct"] = share / max(1, len(snap.collectors))
+        for name, share in phase_shares(h, LEARNER_PHASES, "learner_", WINDOWS_S[0]).items():
+            row[f"learner_{name}_pct"] = share
+        row["stall_pct"] = row["collector_stall_pct"]
+        row.update(snap.gauges)
+        return row
+
+    def collector_rows(self, snap: Snapshot) -> list[dict[str, float]]:
+        rows = []
+        for i, c in enumerate(snap.collectors):
+            rows.append(
+                {
+                    "frames_per_s": self.history.rate("frames", WINDOWS_S[0], per_collector=i),
+                    "steps_per_s": self.history.rate("steps", WINDOWS_S[0], per_collector=i),
+                    **c,
+                }
+            )
+        return rows
+
+    # -- output -----------------------------------------------------------------------------
+    @staticmethod
+    def log_line(row: dict[str, float], status: str = "") -> str:
+        def g(key: str) -> float:
+            return row.get(key, float("nan"))
+
+        return (
+            f"{status} frames {g('frames'):.0f} | {g('frames_per_s'):.0f} frames/s "
+            f"({g('steps_per_s'):.0f} steps/s) | records/s {g('records_per_s'):.0f} | "
+            f"stall {g('stall_pct'):.1f}% | ring {g('ring_fill_pct'):.0f}% | replay {g('replay_size'):.0f} | "
+            f"updates/s {g('updates_per_s'):.1f} samples/s {g('samples_per_s'):.0f} "
+            f"ratio {g('replay_ratio'):.2f} | loss {g('loss'):.4f} q {g('mean_q'):.3f} "
+            f"eps {g('epsilon'):.3f} | v{g('weights_version'):.0f} | "
+            f"return {g('episode_return'):.1f} x {g('episode_x_pos'):.0f} flag {g('flag_rate'):.2f} | "
+            f"restarts {g('restarts'):.0f}"
+            + (
+                f" | eval return {g('eval_return'):.1f} x {g('eval_x_pos'):.0f} flag {g('eval_flag_rate'):.2f}"
+                if row.get("evaluations")
+                else ""
+            )
+        ).strip()
+
+    def _render_table(
+        self,
+        row: dict[str, float],
+        collectors: list[dict[str, float]],
+        status: str = "",
+        startup: dict[str, float] | None = None,
+    ):
+        from rich.console import Group
+        from rich.table import Table
+
+        def f(key: str, fmt: str = "{:,.0f}") -> str:
+            value = row.get(key)
+            return "-" if value is None or (isinstance(value, float) and math.isnan(value)) else fmt.format(value)
+
+        main = Table(title=f"Mario DQN  {status}", show_header=True, header_style="bold")
+        main.add_column("throughput")
+        for label in ("10 s", "60 s", "run"):
+            main.add_column(label, justify="right")
+        for key, label in RATE_COUNTERS.items():
+            main.add_row(
+                label, f(f"{key}_per_s", "{:,.1f}"), f(f"{key}_per_s_60s", "{:,.1f}"), f(f"{key}_per_s_run", "{:,.1f}")
+            )
+
+        state = Table(show_header=True, header_style="bold")
+        state.add_column("learner / replay")
+        state.add_column("value", justify="right")
+        state.add_column("episodes / system")
+        state.add_column("value", justify="right")
+        left = [
+            ("replay size", f("replay_size")),
+            ("replay ratio", f("replay_ratio", "{:.2f}")),
+            ("loss", f("loss", "{:.4f}")),
+            ("TD error", f("td_error", "{:.4f}")),
+            ("mean Q", f("mean_q", "{:.3f}")),
+            ("epsilon", f("epsilon", "{:.3f}")),
+            ("weights version", f("weights_version")),
+            ("ring fill %", f("ring_fill_pct", "{:.1f}")),
+            ("stall %", f("stall_pct", "{:.1f}")),
+            ("longest poll gap ms", f("poll_gap_ms", "{:.1f}")),
+            ("evaluations", f("evaluations")),
+            ("evaluated weights v", f("eval_weights_version")),
+            ("evaluator CPU %", f("evaluator_cpu_pct", "{:.0f}")),
+        ]
+        right = [
+            ("return (last 100)", f("episode_return", "{:.1f}")),
+            ("x_pos (last 100)", f("episode_x_pos")),
+            ("flag rate", f("flag_rate", "{:.2f}")),
+            ("episodes", f("episodes")),
+            ("restarts", f("restarts")),
+            ("bad episode records", f("bad_episode_records")),
+            ("learner CPU %", f("learner_cpu_pct", "{:.0f}")),
+            ("learner RSS MB", f("learner_rss_mb")),
+            ("GPU util %", f("gpu_util_pct", "{:.0f}")),
+            ("GPU mem MB", f("gpu_mem_mb")),
+            ("eval return (greedy)", f("eval_return", "{:.1f}")),
+            ("eval x_pos", f("eval_x_pos")),
+            ("eval flag rate", f("eval_flag_rate", "{:.2f}")),
+        ]
+        for (lk, lv), (rk, rv) in zip(left, right):
+            state.add_row(lk, lv, rk, rv)
+
+        phases = Table(show_header=True, header_style="bold")
+        phases.add_column("time split, % of wall time (10 s)")
+        phases.add_column("")
+        phases.add_row(
+            "collectors (mean per process)",
+            "  ".join(f"{n} {f(f'collector_{n}_pct', '{:.1f}')}" for n in COLLECTOR_PHASES),
+        )
+        phases.add_row("learner", "  ".join(f"{n} {f(f'learner_{n}_pct', '{:.1f}')}" for n in LEARNER_PHASES))
+
+        per = Table(show_header=True, header_style="bold")
+        for col in ("collector", "frames/s", "steps/s", "weights v", "lag", "restarts", "CPU %", "RSS MB"):
+            per.add_column(col, justify="right")
+        for i, c in enumerate(collectors):
+            per.add_row(
+                str(i),
+                f"{c.get('frames_per_s', 0):,.0f}",
+                f"{c.get('steps_per_s', 0):,.1f}",
+                f"{c.get('weights_version', 0):.0f}",
+                f"{c.get('weights_lag', 0):.0f}",
+                f"{c.get('restarts', 0):.0f}",
+                f"{c.get('cpu_pct', 0):.0f}",
+                f"{c.get('rss_mb', 0):.0f}",
+            )
+        parts: list = [main, state, phases, per]
+        if startup:
+            parts.append("startup: " + ", ".join(f"{k} {v:.1f} s" for k, v in startup.items()))
+        parts.extend(self.messages)
+        return Group(*parts)
+
+    def _write_csv(self, row: dict[str, float]) -> None:
+        if self._csv_writer is None:
+            self.run_path.mkdir(parents=True, exist_ok=True)
+            fieldnames = list(row)
+            if self._csv_resume:
+                with self.csv_path.open(newline="") as existing:
+                    header = next(csv.reader(existing), None)
+                fieldnames = header or fieldnames
+            self._csv_file = self.csv_path.open("a" if self._csv_resume else "w", newline="")
+            self._csv_writer = csv.DictWriter(self._csv_file, fieldnames=fieldnames, extrasaction="ignore")
+            if not self._csv_resume:
+                self._csv_writer.writeheader()
+        self._csv_writer.writerow({k: row.get(k, "") for k in self._csv_writer.fieldnames})
+        assert self._csv_file is not None
+        self._csv_file.flush()
+
+    def _write_tensorboard(self, row: dict[str, float], step: int) -> None:
+        if self.writer is None:
+            return
+        for key, value in row.items():
+            if key != "time_s" and isinstance(value, (int, float)) and math.isfinite(value):
+                self.writer.add_scalar(key, value, step, walltime=time.time())
+        self.writer.flush()

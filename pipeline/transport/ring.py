@@ -1,0 +1,250 @@
+"""The lock-free transition ring: one shared-memory block, one SPSC ring per collector.
+
+Layout of the block::
+
+    [block header 64 B: magic, layout version, num_slots, capacity, episode cells]
+    slot 0: [producer lines 128 B][consumer line 64 B][pad 64 B][capacity records]
+            [episode producer 128 B][episode consumer 64 B][pad 64 B][episode cells]
+    slot 1: ...
+
+Each slot holds two single-producer single-consumer rings with the same protocol: the
+transition records (:mod:`pipeline.transport.records`) and the msgpack episode summaries
+(:mod:`pipeline.transport.episodes`). The producer is one collector process, the consumer the
+learner's consolidator.
+
+Protocol (the invariants the tests hold):
+
+1. The producer writes the record at ``write_seq % capacity``, then (and only then)
+   stores ``write_seq + 1``.
+2. It never overwrites an unread record: while ``write_seq - read_seq == capacity`` it
+   sleeps briefly and counts the time as stall. Nothing is dropped.
+3. The consumer reads ``write_seq`` once, copies ``[read_seq, write_seq)`` in at most two
+   contiguous slices, then stores the new ``read_seq``.
+4. A producer that dies mid-write never advanced ``write_seq``: the half-written record
+   is never read, and a restarted producer overwrites it and carries on in the slot.
+
+Memory ordering: sequence numbers are aligned 8-byte words, and an aligned 8-byte store
+or load is atomic on x86-64. x86-64 (TSO) never reorders a store with an earlier store
+nor a load with an earlier load, so a consumer that sees ``write_seq = n`` also sees the
+record bytes written before it, and a producer that sees ``read_seq = m`` knows the
+consumer's copies of records below ``m`` are complete. Each numpy operation is a
+separate C call, so the compiler cannot reorder them either. On a weakly ordered CPU
+(ARM) these stores would need explicit release/acquire fences.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from pipeline.transport.records import RECORD_DTYPE
+
+MAGIC = 0x4D4152494F52494E  # "MARIORIN"
+LAYOUT_VERSION = 1
+BLOCK_HEADER_BYTES = 64
+SLOT_HEADER_BYTES = 256  # producer lines (128) + consumer line (64) + pad (64)
+CONSUMER_OFFSET = 128
+
+# Producer-side header words (u64 index into the slot header).
+WRITE_SEQ = 0
+FRAMES = 1  # emulator frames stepped
+STEPS = 2  # agent steps taken
+EPISODES = 3
+HEARTBEAT_NS = 4  # time.monotonic_ns() of the producer's latest sign of life
+WEIGHTS_VERSION = 5  # version of the published weights the producer acts with
+PID = 6
+STARTS = 7  # how many times a producer started on this slot
+EMULATE_NS = 8
+PREPROCESS_NS = 9
+INFER_NS = 10
+WRITE_NS = 11
+STALL_NS = 12
+ENV_ERRORS = 13  # environment exceptions caught and recovered from
+STATE = 14  # see STATE_* below
+# Consumer-side word (own cache line).
+READ_SEQ = CONSUMER_OFFSET // 8
+
+PHASES: tuple[tuple[str, int], ...] = (
+    ("emulate", EMULATE_NS),
+    ("preprocess", PREPROCESS_NS),
+    ("infer", INFER_NS),
+    ("write", WRITE_NS),
+    ("stall", STALL_NS),
+)
+
+STATE_EMPTY, STATE_STARTING, STATE_RUNNING, STATE_STOPPED, STATE_FAILED = range(5)
+
+EPISODE_CELL_BYTES = 256
+EPISODE_CELL_DTYPE = np.dtype([("length", "<u2"), ("data", np.uint8, (EPISODE_CELL_BYTES - 2,))])
+EPISODE_CELLS = 64
+
+
+class RingStopped(Exception):
+    """Raised to a producer waiting on a full ring when it was asked to stop."""
+
+
+class SpscRing:
+    """One single-producer single-consumer ring of fixed-size cells over shared memory.
+
+    ``header`` is the slot's u64 header view (write_seq at WRITE_SEQ, read_seq at
+    READ_SEQ); ``cells`` is a structured numpy view of ``capacity`` cells.
+    """
+
+    def __init__(self, header: np.ndarray, cells: np.ndarray, stats: np.ndarray | None = None) -> None:
+        self.header = header
+        self.cells = cells
+        self.capacity = len(cells)
+        # Where stall time and heartbeats go: the slot header, also for the episode ring.
+        self.stats = header if stats is None else stats
+
+    # -- producer ---------------------------------------------------------------------
+    def wait_for_space(self, should_stop: Callable[[], bool] | None = None) -> int:
+        """Block (short sleeps) until a cell is free; return the stall time in ns."""
+        header = self.header
+        if int(header[WRITE_SEQ]) - int(header[READ_SEQ]) < self.capacity:
+            return 0
+        start = time.monotonic_ns()
+        checks = 0
+        while int(header[WRITE_SEQ]) - int(header[READ_SEQ]) >= self.capacity:
+            time.sleep(0.0002)
+            self.stats[HEARTBEAT_NS] = time.monotonic_ns()  # stalled, not hung
+            checks += 1
+            if should_stop is not None and checks % 50 == 0 and should_stop():
+                raise RingStopped
+        stalled = time.monotonic_ns() - start
+        self.stats[STALL_NS] = int(self.stats[STALL_NS]) + stalled
+        return stalled
+
+    def next_cell(self) -> np.void:
+        """The cell the producer fills next (call wait_for_space first)."""
+        return self.cells[int(self.header[WRITE_SEQ]) % self.capacity]
+
+    def commit(self) -> None:
+        """Publish the filled cell: the one store that makes it visible."""
+        self.header[WRITE_SEQ] = int(self.header[WRITE_SEQ]) + 1
+
+    # -- consumer ---------------------------------------------------------------------
+    def pending(self) -> int:
+        return int(self.header[WRITE_SEQ]) - int(self.header[READ_SEQ])
+
+    def peek(self, limit: int | None = None) -> tuple[int, list[np.ndarray]]:
+        """Unread cells as at most two contiguous views, oldest first, and their count.
+
+        Reads ``write_seq`` once. The views stay valid until :meth:`release` is called
+        with the count; copy them before that.
+        """
+        write_seq = int(self.header[WRITE_SEQ])
+        read_seq = int(self.header[READ_SEQ])
+        count = write_seq - read_seq
+        if limit is not None:
+            count = min(count, limit)
+        if count <= 0:
+            return 0, []
+        start = read_seq % self.capacity
+        first = min(count, self.capacity - start)
+        views = [self.cells[start : start + first]]
+        if count > first:
+            views.append(self.cells[: count - first])
+        return count, views
+
+    def release(self, count: int) -> None:
+        """Hand ``count`` consumed cells back to the producer."""
+        self.header[READ_SEQ] = int(self.header[READ_SEQ]) + count
+
+
+@dataclass(frozen=True)
+class RingLayout:
+    num_slots: int
+    capacity: int
+    episode_cells: int = EPISODE_CELLS
+
+    @property
+    def transitions_bytes(self) -> int:
+        return self.capacity * RECORD_DTYPE.itemsize
+
+    @property
+    def episodes_bytes(self) -> int:
+        return self.episode_cells * EPISODE_CELL_BYTES
+
+    @property
+    def slot_bytes(self) -> int:
+        return 2 * SLOT_HEADER_BYTES + self.transitions_bytes + self.episodes_bytes
+
+    @property
+    def total_bytes(self) -> int:
+        return BLOCK_HEADER_BYTES + self.num_slots * self.slot_bytes
+
+
+class Slot:
+    """The two rings and the counters of one collector's slot."""
+
+    def __init__(self, buf: memoryview, layout: RingLayout, index: int) -> None:
+        base = BLOCK_HEADER_BYTES + index * layout.slot_bytes
+        self.index = index
+        self.header = np.frombuffer(buf, np.uint64, SLOT_HEADER_BYTES // 8, base)
+        self.transitions = SpscRing(
+            self.header,
+            np.frombuffer(buf, RECORD_DTYPE, layout.capacity, base + SLOT_HEADER_BYTES),
+        )
+        episode_base = base + SLOT_HEADER_BYTES + layout.transitions_bytes
+        self.episode_header = np.frombuffer(buf, np.uint64, SLOT_HEADER_BYTES // 8, episode_base)
+        self.episodes = SpscRing(
+            self.episode_header,
+            np.frombuffer(buf, EPISODE_CELL_DTYPE, layout.episode_cells, episode_base + SLOT_HEADER_BYTES),
+            stats=self.header,
+        )
+
+    def counters(self) -> dict[str, int]:
+        """A copy of the producer's counters (one read of each word)."""
+        h = self.header.copy()
+        return {
+            "write_seq": int(h[WRITE_SEQ]),
+            "read_seq": int(h[READ_SEQ]),
+            "frames": int(h[FRAMES]),
+            "steps": int(h[STEPS]),
+            "episodes": int(h[EPISODES]),
+            "heartbeat_ns": int(h[HEARTBEAT_NS]),
+            "weights_version": int(h[WEIGHTS_VERSION]),
+            "pid": int(h[PID]),
+            "starts": int(h[STARTS]),
+            "env_errors": int(h[ENV_ERRORS]),
+            "state": int(h[STATE]),
+            **{f"{name}_ns": int(h[idx]) for name, idx in PHASES},
+        }
+
+
+class TransitionRing:
+    """Views over one ring block: ``num_slots`` slots of ``capacity`` records each."""
+
+    def __init__(self, buf: memoryview, layout: RingLayout) -> None:
+        self.layout = layout
+        self.block_header = np.frombuffer(buf, np.uint64, 8, 0)
+        self.slots = [Slot(buf, layout, i) for i in range(layout.num_slots)]
+
+    @classmethod
+    def initialise(cls, buf: memoryview, layout: RingLayout) -> TransitionRing:
+        """Write the block header into fresh (zeroed) shared memory."""
+        header = np.frombuffer(buf, np.uint64, 8, 0)
+        header[1:5] = (LAYOUT_VERSION, layout.num_slots, layout.capacity, layout.episode_cells)
+        header[0] = MAGIC  # last: a reader that sees the magic sees the layout
+        return cls(buf, layout)
+
+    @classmethod
+    def from_buffer(cls, buf: memoryview) -> TransitionRing:
+        """Attach to an initialised block, reading its layout from the header."""
+        header = np.frombuffer(buf, np.uint64, 8, 0)
+        if int(header[0]) != MAGIC or int(header[1]) != LAYOUT_VERSION:
+            raise ValueError("shared memory block is not an initialised transition ring")
+        layout = RingLayout(int(header[2]), int(header[3]), int(header[4]))
+        too_big = layout.total_bytes > memoryview(buf).nbytes
+        if min(layout.num_slots, layout.capacity, layout.episode_cells) < 1 or too_big:
+            raise ValueError(f"transition ring header describes {layout}, which does not fit the block")
+        return cls(buf, layout)
+
+    def close(self) -> None:
+        """Drop every numpy view so the segment can be closed."""
+        self.slots = []
+        self.block_header = None  # type: ignore[assignment]

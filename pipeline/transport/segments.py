@@ -1,0 +1,100 @@
+"""Shared-memory segment lifecycle: naming, creating, attaching, and removing stale ones.
+
+The learner creates and unlinks every segment; collectors only attach and close. Segment
+names carry a short tag of the run and the owner's pid::
+
+    mario_<run-tag>_<owner-pid>_<kind>
+
+so a later start can find segments whose owner is gone (a learner killed with SIGKILL)
+and remove them. ``multiprocessing.shared_memory`` creates segments with mode 0o600
+(owner-only), which is what we want for training data.
+
+Python 3.11 registers a segment with the resource tracker on create *and* on attach.
+Collectors are started with the ``spawn`` method from the learner, so they share the
+learner's tracker: their registrations collapse into the learner's and the learner's
+``unlink`` unregisters them once. No leak warnings, and if the learner dies the tracker
+unlinks what it left behind.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from multiprocessing import shared_memory
+from pathlib import Path
+
+PREFIX = "mario_"
+SHM_DIR = Path("/dev/shm")
+
+
+def run_tag(run_dir: str | os.PathLike[str]) -> str:
+    """A short stable tag for a run directory (segment names must stay short)."""
+    return hashlib.sha1(str(Path(run_dir).resolve()).encode()).hexdigest()[:10]
+
+
+def segment_name(tag: str, kind: str, pid: int | None = None) -> str:
+    return f"{PREFIX}{tag}_{os.getpid() if pid is None else pid}_{kind}"
+
+
+def create_segment(name: str, size: int) -> shared_memory.SharedMemory:
+    """Create a zero-filled segment (the kernel zero-fills new shared memory)."""
+    return shared_memory.SharedMemory(name=name, create=True, size=size)
+
+
+def attach_segment(name: str) -> shared_memory.SharedMemory:
+    return shared_memory.SharedMemory(name=name, create=False)
+
+
+def release(segment: shared_memory.SharedMemory | None, *, unlink: bool) -> None:
+    """Close (and, for the owner, unlink) a segment, tolerating repeated calls."""
+    if segment is None:
+        return
+    try:
+        segment.close()
+    except BufferError:
+        # A numpy view still exports the buffer; the mapping goes away with the process.
+        pass
+    if unlink:
+        try:
+            segment.unlink()
+        except FileNotFoundError:
+            pass
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def owner_pid(name: str) -> int | None:
+    parts = name[len(PREFIX) :].split("_") if name.startswith(PREFIX) else []
+    if len(parts) < 3 or not parts[1].isdigit():
+        return None
+    return int(parts[1])
+
+
+def project_segments(tag: str | None = None) -> list[str]:
+    """Names of this project's segments in /dev/shm (optionally of one run)."""
+    if not SHM_DIR.is_dir():
+        return []
+    start = PREFIX if tag is None else f"{PREFIX}{tag}_"
+    return sorted(p.name for p in SHM_DIR.iterdir() if p.name.startswith(start))
+
+
+def remove_stale_segments(tag: str | None = None) -> list[str]:
+    """Unlink this project's segments whose owner process is gone; return their names."""
+    removed = []
+    for name in project_segments(tag):
+        pid = owner_pid(name)
+        if pid is not None and not _pid_alive(pid):
+            try:
+                (SHM_DIR / name).unlink()
+                removed.append(name)
+            except FileNotFoundError:
+                pass
+    return removed

@@ -1,0 +1,45 @@
+"""Shared test helpers: waiting on a condition, and the shared-memory leak check.
+
+Every test module runs under :func:`_no_leaked_segments`: a segment of this project that
+appears in /dev/shm while a module runs and is still there when it ends fails the module.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from collections.abc import Callable
+
+import pytest
+
+from pipeline.transport.segments import project_segments
+
+
+def wait_until(
+    predicate: Callable[[], object],
+    timeout_s: float,
+    what: str = "the condition",
+    poll_s: float = 0.05,
+    proc: subprocess.Popen[str] | None = None,
+) -> None:
+    """Poll ``predicate`` until it is true; fail after ``timeout_s`` (a safety net, not a budget).
+
+    With ``proc``, fail at once (with its output) if that process exits first.
+    """
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        if proc is not None and proc.poll() is not None:
+            output = proc.stdout.read() if proc.stdout else ""
+            raise AssertionError(f"process exited early ({proc.returncode}) waiting for {what}:\n{output}")
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
+        time.sleep(poll_s)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _no_leaked_segments():
+    """Fail the module if it leaves a project segment in /dev/shm that was not there before."""
+    before = set(project_segments())
+    yield
+    left = sorted(set(project_segments()) - before)
+    assert not left, f"shared-memory segments left behind: {left}"

@@ -1,0 +1,232 @@
+"""``main.py eval`` and the shared policy runner: figures match an independent replay of
+the same seeds, JSON output, checkpoint resolution, and one clear error per mistake."""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from config import Config
+from models import QNetwork
+from pipeline.commands.evaluate import eval_command, load_policy, resolve_checkpoint, run_dir_of
+from pipeline.common.errors import UserError
+from pipeline.learning.checkpoint import CheckpointError, save_checkpoint
+
+
+@pytest.fixture(autouse=True)
+def one_torch_thread():
+    """Batch-1 inference on one thread (as the commands do): many threads crawl on a busy machine."""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)
+
+
+def make_checkpoint(
+    path: Path, env_id: str = "Catch-v0", *, num_actions: int | None = None, frames: int = 1000, seed: int = 0, **config
+) -> tuple[Path, dict]:
+    """Save a Trainer.save-shaped checkpoint of a fresh QNetwork; return (path, online state)."""
+    import envs
+
+    cfg = Config(env_id=env_id, **config).to_dict()
+    n = envs.num_actions(env_id, cfg["action_set"]) if num_actions is None else num_actions
+    torch.manual_seed(seed)
+    net = QNetwork(n, cfg["frame_stack"], cfg["dueling"])
+    with torch.no_grad():  # non-trivial BatchNorm statistics, so eval mode matters
+        for module in net.modules():
+            if isinstance(module, torch.nn.BatchNorm2d):
+                module.running_mean.uniform_(-0.1, 0.1)
+                module.running_var.uniform_(0.5, 2.0)
+    state = net.state_dict()
+    payload = {
+        "learner": {"online": state, "target": state, "updates": 0},
+        "counters": {"frames": frames},
+        "config": cfg,
+        "num_actions": n,
+        "rng": {},
+    }
+    save_checkpoint(path, payload)
+    return path, state
+
+
+def replicate(
+    state: dict, env_id: str, *, episodes: int, seed: int, epsilon: float = 0.0, max_steps: int = 0
+) -> list[dict]:
+    """The documented evaluation loop, written out independently of pipeline.commands.evaluate."""
+    from envs import make_env, num_actions
+
+    cfg = Config(env_id=env_id).to_dict()
+    n = num_actions(env_id, cfg["action_set"])
+    net = QNetwork(n, cfg["frame_stack"], cfg["dueling"])
+    net.load_state_dict(state)
+    net.eval()
+    env = make_env(
+        env_id,
+        action_set=cfg["action_set"],
+        frame_skip=cfg["frame_skip"],
+        no_progress_steps=cfg["no_progress_steps"],
+        max_episode_steps=cfg["max_episode_steps"],
+        seed=seed,
+    )
+    rng = np.random.default_rng(seed)
+    out = []
+    for i in range(episodes):
+        obs, info = env.reset(seed=seed + i)
+        stack = np.stack([obs] * cfg["frame_stack"])
+        ret, steps = 0.0, 0
+        while True:
+            if epsilon > 0 and rng.random() < epsilon:
+                action = int(rng.integers(n))
+            else:
+                with torch.no_grad():
+                    action = int(net(torch.from_numpy(stack[None])).argmax(1))
+            obs, reward, terminated, truncated, info = env.step(action)
+            ret += reward
+            steps += 1
+            stack = np.concatenate([stack[1:], obs[None]])
+            if terminated or truncated or (max_steps and steps >= max_steps):
+                break
+        out.append({"return": ret, "x_pos": info["x_pos"], "flag": info["flag_get"], "length": steps})
+    env.close()
+    return out
+
+
+@pytest.mark.parametrize(("epsilon", "max_steps"), [(0.0, 0), (0.3, 0), (0.0, 20)])
+def test_eval_matches_an_independent_run_of_the_same_seed(tmp_path, capsys, epsilon, max_steps):
+    ckpt, state = make_checkpoint(tmp_path / "run" / "checkpoints" / "ckpt-000000001000.pt")
+    argv = [
+        "--checkpoint",
+        str(ckpt),
+        "--episodes",
+        "4",
+        "--seed",
+        "7",
+        "--epsilon",
+        str(epsilon),
+        "--json",
+        str(tmp_path / "out" / "eval.json"),
+    ]
+    if max_steps:
+        argv += ["--max-steps", str(max_steps)]
+    assert eval_command(argv) == 0
+    expected = replicate(state, "Catch-v0", episodes=4, seed=7, epsilon=epsilon, max_steps=max_steps)
+    data = json.loads((tmp_path / "out" / "eval.json").read_text())
+    xs = [e["x_pos"] for e in expected]
+    assert data["per_episode"]["return"] == [e["return"] for e in expected]
+    assert data["per_episode"]["x_pos"] == xs
+    assert data["per_episode"]["length"] == [e["length"] for e in expected]
+    assert data["mean_x_pos"] == pytest.approx(statistics.fmean(xs))
+    assert data["median_x_pos"] == pytest.approx(statistics.median(xs))
+    assert data["max_x_pos"] == max(xs)
+    assert data["flag_rate"] == pytest.approx(statistics.fmean(float(e["flag"]) for e in expected))
+    assert data["mean_return"] == pytest.approx(statistics.fmean(e["return"] for e in expected))
+    assert data["mean_length"] == pytest.approx(statistics.fmean(e["length"] for e in expected))
+    assert data["episodes"] == 4 and data["frames"] == 1000 and data["env_id"] == "Catch-v0"
+    if max_steps:
+        assert all(length <= max_steps for length in data["per_episode"]["length"])
+    printed = capsys.readouterr().out
+    assert f"x_pos mean {statistics.fmean(xs):.1f}" in printed and "flag rate" in printed
+
+
+def test_eval_is_deterministic_and_accepts_a_run_directory(tmp_path, capsys):
+    run = tmp_path / "run"
+    make_checkpoint(run / "checkpoints" / "ckpt-000000000500.pt", seed=1, frames=500)
+    newest, _ = make_checkpoint(run / "checkpoints" / "ckpt-000000002000.pt", seed=2, frames=2000)
+    assert resolve_checkpoint(run) == newest
+    assert run_dir_of(newest) == run.resolve()
+    outputs = []
+    for name in ("a.json", "b.json"):
+        assert eval_command(["--checkpoint", str(run), "--episodes", "2", "--json", str(tmp_path / name)]) == 0
+        outputs.append(json.loads((tmp_path / name).read_text()))
+    assert outputs[0] == outputs[1]
+    assert outputs[0]["checkpoint"] == str(newest) and outputs[0]["frames"] == 2000
+
+
+def test_policy_keeps_batchnorm_statistics_and_eval_mode(tmp_path):
+    ckpt, state = make_checkpoint(tmp_path / "ckpt-1.pt")
+    policy = load_policy(ckpt)
+    assert not policy.model.training
+    loaded = policy.model.state_dict()
+    for key, value in state.items():
+        assert torch.equal(loaded[key], value), key
+
+
+# ------------------------------------------------------------------------------ errors
+def test_missing_checkpoint_is_one_clear_error(tmp_path):
+    with pytest.raises(UserError, match="does not exist") as info:
+        eval_command(["--checkpoint", str(tmp_path / "nope.pt")])
+    assert "\n" not in str(info.value) and "nope.pt" in str(info.value)
+
+
+def test_run_directory_without_checkpoints_is_one_clear_error(tmp_path):
+    with pytest.raises(UserError, match="no checkpoint"):
+        eval_command(["--checkpoint", str(tmp_path)])
+
+
+def test_corrupt_checkpoint_is_one_clear_error(tmp_path):
+    bad = tmp_path / "ckpt-5.pt"
+    bad.write_bytes(np.random.default_rng(0).bytes(4096))
+    with pytest.raises(CheckpointError, match="corrupt") as info:
+        eval_command(["--checkpoint", str(bad)])
+    assert "\n" not in str(info.value)
+
+
+def test_foreign_payload_is_one_clear_error(tmp_path):
+    path = tmp_path / "ckpt-5.pt"
+    save_checkpoint(path, {"weights": torch.zeros(3)})
+    with pytest.raises(CheckpointError, match="not a training checkpoint"):
+        eval_command(["--checkpoint", str(path)])
+
+
+def test_checkpoint_for_another_action_set_is_one_clear_error(tmp_path):
+    # Trained with the 12-action "complex" set, but its config says "simple" (7 actions).
+    ckpt, _ = make_checkpoint(tmp_path / "ckpt-1.pt", "SuperMarioBros-1-1-v0", num_actions=12)
+    with pytest.raises(UserError) as info:
+        eval_command(["--checkpoint", str(ckpt)])
+    message = str(info.value)
+    assert "trained with 12 actions (action_set simple)" in message and "gives 7" in message
+    assert "\n" not in message
+
+
+def test_env_override_with_another_action_count_is_one_clear_error(tmp_path):
+    ckpt, _ = make_checkpoint(tmp_path / "ckpt-1.pt", "Catch-v0")
+    with pytest.raises(UserError) as info:
+        eval_command(["--checkpoint", str(ckpt), "--env", "SuperMarioBros-1-1-v0"])
+    message = str(info.value)
+    assert "trained with 3 actions" in message and "gives 7" in message and "Catch-v0" in message
+
+
+def test_unknown_env_override_is_one_clear_error(tmp_path):
+    ckpt, _ = make_checkpoint(tmp_path / "ckpt-1.pt")
+    with pytest.raises(UserError, match="Pong-v5"):
+        eval_command(["--checkpoint", str(ckpt), "--env", "Pong-v5"])
+
+
+def test_unwritable_json_path_fails_before_playing(tmp_path):
+    ckpt, _ = make_checkpoint(tmp_path / "ckpt-1.pt")
+    a_file = tmp_path / "file.txt"
+    a_file.write_text("x")
+    with pytest.raises(UserError, match="cannot write JSON file"):
+        eval_command(["--checkpoint", str(ckpt), "--json", str(a_file / "eval.json")])
+
+
+@pytest.mark.parametrize(
+    ("flag", "value", "fragment"),
+    [
+        ("--episodes", "0", "--episodes"),
+        ("--epsilon", "2", "from 0 to 1"),
+        ("--epsilon", "x", "from 0 to 1"),
+        ("--seed", "-1", "--seed"),
+        ("--max-steps", "many", "whole number"),
+    ],
+)
+def test_bad_flag_values_are_one_clear_error(tmp_path, flag, value, fragment):
+    with pytest.raises(UserError, match=fragment) as info:
+        eval_command(["--checkpoint", str(tmp_path / "x.pt"), flag, value])
+    assert "\n" not in str(info.value) and os.linesep not in str(info.value)

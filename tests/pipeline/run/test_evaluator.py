@@ -1,0 +1,128 @@
+"""The background evaluator against a real weights block: results arrive through poll()
+without blocking, the best episode becomes videos/best.mp4, the process is polite
+(nice 10, SIGINT ignored), and it goes away on stop() and on the block's stop flag."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from config import Config
+from models import QNetwork
+from pipeline.learning.flat_state import flatten_state, state_numel
+from pipeline.run.evaluator import Evaluator
+from pipeline.transport import weights as W
+from pipeline.transport.segments import SHM_DIR, create_segment, release, segment_name
+from tests.pipeline import producers as P
+
+TAG = P.new_tag("evaluator")
+RESULT_TIMEOUT_S = 60.0  # a spawn child imports torch + the env, then plays Catch episodes
+
+
+@pytest.fixture
+def weights_block():
+    """A weights block holding a fresh Catch QNetwork (version 1); unlinked afterwards."""
+    cfg = Config(env_id="Catch-v0", seed=11).to_dict()
+    torch.manual_seed(0)
+    net = QNetwork(3, cfg["frame_stack"], cfg["dueling"])
+    num_floats = state_numel(net.state_dict())
+    segment = create_segment(segment_name(TAG, "weights"), W.block_bytes(num_floats))
+    block = W.WeightsBlock.initialise(segment.buf, num_floats)
+    block.publish(flatten_state(net.state_dict()), learner_step=100, epsilon=0.5)
+    yield cfg, net, segment, block
+    block.close()
+    release(segment, unlink=True)
+    assert not (SHM_DIR / segment.name).exists()
+
+
+def wait_for_results(evaluator: Evaluator, count: int = 1) -> list[dict]:
+    deadline = time.monotonic() + RESULT_TIMEOUT_S
+    results: list[dict] = []
+    while len(results) < count:
+        assert time.monotonic() < deadline, f"no evaluation within {RESULT_TIMEOUT_S} s (got {results})"
+        assert evaluator.alive, f"evaluator died with exit code {evaluator.exitcode}"
+        results += evaluator.poll()
+        time.sleep(0.05)
+    return results
+
+
+def _proc_status(pid: int, field: str) -> str:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return line.split(":", 1)[1].strip()
+    raise KeyError(field)
+
+
+def test_evaluates_new_weights_keeps_best_video_and_stops(tmp_path, weights_block):
+    cfg, net, segment, block = weights_block
+    evaluator = Evaluator(cfg, tmp_path, segment.name, interval_s=0.2, episodes=2, max_steps=100)
+    assert evaluator.poll() == []  # before start: nothing, no blocking
+    try:
+        evaluator.start()
+        t = time.monotonic()
+        assert evaluator.poll() == [] and time.monotonic() - t < 1.0  # never blocks
+        (first,) = wait_for_results(evaluator)
+        pid = evaluator.process.pid
+        assert first["weights_version"] == 1 and first["learner_step"] == 100 and first["episodes"] == 2
+        assert first["new_best"] and first["best_return"] == max(first["best_return"], first["mean_return"])
+        for key in ("mean_return", "mean_x_pos", "flag_rate", "mean_length"):
+            assert np.isfinite(first[key]), key
+
+        # Polite: nice 10 over the parent's, SIGINT ignored (bit 2 of SigIgn), one torch thread.
+        assert os.getpriority(os.PRIO_PROCESS, pid) == min(19, os.getpriority(os.PRIO_PROCESS, 0) + 10)
+        assert int(_proc_status(pid, "SigIgn"), 16) & (1 << (signal.SIGINT - 1))
+        os.kill(pid, signal.SIGINT)
+
+        # The best episode's video: one frame per step of that episode.
+        best = json.loads((tmp_path / "videos" / "best.json").read_text())
+        assert best["weights_version"] == 1 and best["return"] == first["best_return"]
+        assert first["video"] == str(tmp_path / "videos" / "best.mp4")
+        imageio_ffmpeg = pytest.importorskip("imageio_ffmpeg")
+        assert imageio_ffmpeg.count_frames_and_secs(first["video"])[0] == best["length"]
+        best_mtime = (tmp_path / "videos" / "best.mp4").stat().st_mtime_ns
+
+        # Same weights are not evaluated again; new weights are.
+        time.sleep(0.6)
+        assert evaluator.poll() == []
+        block.publish_state(net.state_dict(), learner_step=200)
+        (second,) = wait_for_results(evaluator)
+        assert second["weights_version"] == 2 and second["learner_step"] == 200
+        # Same network, same seeds: the same episodes, so no new best and no re-encoding.
+        assert second["mean_return"] == first["mean_return"] and not second["new_best"]
+        assert second["video"] is None
+        assert (tmp_path / "videos" / "best.mp4").stat().st_mtime_ns == best_mtime
+        assert evaluator.alive  # SIGINT did not stop it
+    finally:
+        evaluator.stop(timeout_s=10)
+    assert not evaluator.alive and evaluator.exitcode == 0
+    assert not Path(f"/proc/{pid}").exists()  # gone and reaped
+    evaluator.stop()  # idempotent
+    assert "evaluator started" in (tmp_path / "logs" / "evaluator.log").read_text()
+
+
+def test_exits_when_the_weights_block_asks_to_stop(tmp_path, weights_block):
+    cfg, _, segment, block = weights_block
+    evaluator = Evaluator(cfg, tmp_path, segment.name, interval_s=0.1, episodes=1, max_steps=30)
+    try:
+        evaluator.start()
+        wait_for_results(evaluator)
+        block.request_stop()
+        evaluator.process.join(RESULT_TIMEOUT_S)
+        assert not evaluator.alive and evaluator.exitcode == 0
+    finally:
+        evaluator.stop(timeout_s=5)
+
+
+def test_rejects_bad_arguments(tmp_path):
+    with pytest.raises(ValueError, match="episodes"):
+        Evaluator({}, tmp_path, "x", interval_s=1, episodes=0)
+    with pytest.raises(ValueError, match="interval_s"):
+        Evaluator({}, tmp_path, "x", interval_s=-1)
+    Evaluator({}, tmp_path, "x", interval_s=1).stop()  # stop before start is a no-op

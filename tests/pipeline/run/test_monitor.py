@@ -1,0 +1,71 @@
+"""The throughput monitor on snapshots made here: rates over trailing windows, a bounded
+history, the CSV and TensorBoard rows, and the evaluator's figures in the log line and
+the live table."""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+
+from rich.console import Console
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+from pipeline.run.monitor import Monitor, RateHistory, Snapshot
+
+NAN = float("nan")
+
+
+def snap(t: float, frames: float, *, evaluations: float = 0, eval_return: float = NAN) -> Snapshot:
+    return Snapshot(
+        time=t,
+        counters={"frames": frames, "updates": frames / 100},
+        gauges={
+            "evaluations": evaluations,
+            "eval_return": eval_return,
+            "eval_x_pos": NAN,
+            "eval_flag_rate": NAN,
+            "episode_return": 1.0,
+        },
+    )
+
+
+def test_rates_over_windows_and_the_whole_run():
+    history = RateHistory(interval_s=5.0)
+    # 100 frames/s for the first 60 s, then 200 frames/s.
+    frames = 0.0
+    for t in range(0, 121, 5):
+        history.add(snap(float(t), frames))
+        frames += 500 if t < 60 else 1000
+    assert math.isclose(history.rate("frames", 10), 200.0)
+    assert math.isclose(history.rate("frames", 60), 200.0)
+    assert math.isclose(history.rate("frames", None), (frames - 1000) / 120)
+    assert len(history.samples) == history.samples.maxlen == 14  # 60 s / 5 s + 2: bounded
+
+
+def test_csv_tensorboard_and_log_line_carry_the_evaluator_figures(tmp_path):
+    monitor = Monitor(tmp_path, mode="log", interval_s=1.0)
+    try:
+        first = monitor.update(snap(1.0, 100.0))
+        assert "eval return" not in Monitor.log_line(first)  # no evaluation yet: not shown
+        row = monitor.update(snap(2.0, 300.0, evaluations=1, eval_return=42.5))
+        assert "eval return 42.5" in Monitor.log_line(row)
+        assert math.isclose(row["frames_per_s"], 200.0)
+    finally:
+        monitor.close()
+    with (tmp_path / "metrics.csv").open(newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    assert [r["evaluations"] for r in rows] == ["0", "1"]
+    assert rows[0]["eval_return"] == "nan" and rows[1]["eval_return"] == "42.5"
+    events = EventAccumulator(str(tmp_path / "tensorboard")).Reload()
+    assert [(e.step, e.value) for e in events.Scalars("eval_return")] == [(300, 42.5)]  # NaN is not written
+
+
+def test_live_table_shows_the_evaluator_rows(tmp_path):
+    monitor = Monitor(tmp_path, mode="off", interval_s=1.0, tensorboard=False)
+    row = monitor.update(snap(1.0, 100.0, evaluations=3, eval_return=1052.0))
+    out = io.StringIO()
+    Console(file=out, width=160).print(monitor._render_table(row, [], "running"))
+    text = out.getvalue()
+    assert "eval return (greedy)" in text and "1052.0" in text and "evaluations" in text
+    monitor.close()

@@ -1,0 +1,267 @@
+"""Fault injection on the real system: killed, hung and failing collectors, a killed
+learner, and bad checkpoint files. Nothing is lost, nothing is leaked, training goes on.
+
+Every test runs ``python main.py`` as a subprocess on the synthetic Catch env with real
+collector processes and real shared memory.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from pipeline.transport.segments import project_segments, run_tag
+from tests.conftest import wait_until
+from tests.pipeline.run.test_trainer import ROOT, checkpoints, read_csv
+
+pytestmark = pytest.mark.slow
+
+BASE = ["--preset", "tiny", "--num-processes", "2", "--monitor", "log"]
+
+
+def start(run: Path, *extra: str, env: dict[str, str] | None = None, new_session: bool = False):
+    return subprocess.Popen(
+        [sys.executable, "main.py", *BASE, "--run-dir", str(run.parent), "--run-name", run.name, *extra],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=dict(os.environ, PYTHONUNBUFFERED="1", **(env or {})),
+        start_new_session=new_session,
+    )
+
+
+def collector_pids(proc: subprocess.Popen[str]) -> set[int]:
+    """Live collector processes of a running main.py (a killed one not yet reaped is not live)."""
+    pids = set()
+    for child in psutil.Process(proc.pid).children():
+        try:
+            if child.status() != psutil.STATUS_ZOMBIE and "spawn_main" in " ".join(child.cmdline()):
+                pids.add(child.pid)
+        except psutil.Error:  # exited, or a zombie, while we looked
+            pass
+    return pids
+
+
+def training_started(run: Path) -> bool:
+    path = run / "metrics.csv"
+    return path.exists() and any(float(r["updates"] or 0) > 0 for r in read_csv(path))
+
+
+def interrupt(proc: subprocess.Popen[str]) -> str:
+    proc.send_signal(signal.SIGINT)
+    output, _ = proc.communicate(timeout=90)
+    return output
+
+
+def assert_exactly_once(run: Path) -> dict:
+    summary = json.loads((run / "summary.json").read_text())
+    for slot in summary["slots"]:
+        assert slot["consumed"] == slot["write_seq"] == slot["read_seq"], summary["slots"]
+    assert summary["replay_inserted"] == sum(s["consumed"] for s in summary["slots"])
+    return summary
+
+
+def test_killed_collector_is_replaced_and_no_record_is_lost(tmp_path):
+    run = tmp_path / "kill"
+    proc = start(run, "--set", "envs_per_collector=2")  # a collector writes two ring slots
+    try:
+        wait_until(lambda: training_started(run), 120, proc=proc)
+        wait_until(lambda: len(collector_pids(proc)) == 2, 30, proc=proc)
+        victims = collector_pids(proc)
+        victim = min(victims)
+        os.kill(victim, signal.SIGKILL)
+        wait_until(lambda: len(collector_pids(proc) - victims) == 1, 30, proc=proc)  # a new process on the slot
+        updates_at_restart = float(read_csv(run / "metrics.csv")[-1]["updates"])
+        wait_until(lambda: float(read_csv(run / "metrics.csv")[-1]["updates"]) > updates_at_restart + 20, 60, proc=proc)
+        wait_until(
+            lambda: float(read_csv(run / "metrics.csv")[-1]["restarts"]) >= 1, 10, proc=proc
+        )  # the monitor shows it
+        output = interrupt(proc)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, output[-3000:]
+    assert "killed by signal 9" in output
+    summary = assert_exactly_once(run)
+    assert summary["restarts"] == 1
+    assert sorted(s["starts"] for s in summary["slots"]) == [1, 1, 2, 2]  # both slots of the victim
+    assert not project_segments(run_tag(run))
+
+
+def test_hung_collector_is_detected_by_heartbeat_and_replaced(tmp_path):
+    run = tmp_path / "hang"
+    proc = start(run, "--set", "heartbeat_timeout_s=3")
+    try:
+        wait_until(lambda: training_started(run), 120, proc=proc)
+        wait_until(lambda: len(collector_pids(proc)) == 2, 30, proc=proc)
+        victims = collector_pids(proc)
+        os.kill(min(victims), signal.SIGSTOP)
+        wait_until(lambda: len(collector_pids(proc) - victims) == 1, 60, proc=proc)
+        output = interrupt(proc)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, output[-3000:]
+    assert "heartbeat silent" in output
+    summary = assert_exactly_once(run)
+    assert summary["restarts"] == 1
+    assert not psutil.pid_exists(min(victims)) or psutil.Process(min(victims)).status() == psutil.STATUS_ZOMBIE
+
+
+def test_env_errors_are_logged_once_rebuilt_and_backed_off(tmp_path):
+    run = tmp_path / "envfault"
+    proc = start(run, env={"MARIO_INJECT_FAULTS": "0:env_error:150,1:env_error_always"})
+    try:
+        wait_until(lambda: training_started(run), 120, proc=proc)
+        wait_until(lambda: "backing off" in (run / "logs" / "collector-1.log").read_text(), 60, proc=proc)
+        time.sleep(3)
+        output = interrupt(proc)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, output[-3000:]
+    summary = assert_exactly_once(run)
+    slot0, slot1 = summary["slots"]
+    # A one-off failure: logged with its traceback once, env rebuilt, the collector went on.
+    log0 = (run / "logs" / "collector-0.log").read_text()
+    assert log0.count("Traceback") == 1 and "injected environment fault at step 150" in log0
+    assert slot0["env_errors"] == 1 and slot0["write_seq"] > 300 and slot0["starts"] == 1
+    # A collector whose env always fails: reported clearly, backed off, not a tight loop.
+    log1 = (run / "logs" / "collector-1.log").read_text()
+    assert log1.count("Traceback") == 1 and "environment failures in the last" in log1
+    assert 5 <= slot1["env_errors"] <= 30, slot1
+    assert summary["restarts"] == 0
+
+
+def evaluator_pid(run: Path) -> int | None:
+    log = run / "logs" / "evaluator.log"
+    found = re.search(r"evaluator started \(pid (\d+)\)", log.read_text()) if log.exists() else None
+    return int(found.group(1)) if found else None
+
+
+def test_killed_evaluator_is_reported_and_training_goes_on(tmp_path):
+    run = tmp_path / "evalkill"
+    proc = start(run, "--eval-interval", "1")
+    try:
+        wait_until(lambda: training_started(run) and evaluator_pid(run) is not None, 120, proc=proc)
+        wait_until(lambda: float(read_csv(run / "metrics.csv")[-1]["evaluations"]) >= 1, 60, proc=proc)
+        os.kill(evaluator_pid(run), signal.SIGKILL)
+        updates_at_kill = float(read_csv(run / "metrics.csv")[-1]["updates"])
+        wait_until(lambda: float(read_csv(run / "metrics.csv")[-1]["updates"]) > updates_at_kill + 20, 60, proc=proc)
+        output = interrupt(proc)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, output[-3000:]
+    assert output.count("evaluator exited with code -9; training goes on without it") == 1, output[-3000:]
+    summary = assert_exactly_once(run)
+    assert summary["restarts"] == 0 and summary["evaluations"] >= 1  # collectors untouched
+    assert not project_segments(run_tag(run))
+
+
+def test_killed_learner_leaves_segments_that_the_next_start_removes_and_resume_continues(tmp_path):
+    run = tmp_path / "learnerkill"
+    proc = start(run, "--checkpoint-interval", "2", new_session=True)
+    try:
+        wait_until(lambda: training_started(run) and len(checkpoints(run)) >= 2, 120, proc=proc)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)  # learner, collectors and resource tracker at once
+        proc.communicate(timeout=30)
+    leaked = project_segments(run_tag(run))
+    assert len(leaked) == 2, leaked  # the ring and the weights block of the dead learner
+    saved = json.loads(
+        json.dumps(
+            __import__("pipeline.learning.checkpoint").checkpoint.load_checkpoint(checkpoints(run)[-1])["counters"]
+        )
+    )
+
+    target = saved["frames"] + 1500
+    result = subprocess.run(
+        [sys.executable, "main.py", *BASE, "--resume", str(run), "--total-frames", str(target)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "removed 2 shared-memory segment(s) left by a dead run" in result.stderr
+    assert not project_segments(run_tag(run))
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["counters"]["frames"] >= target
+    assert summary["counters"]["updates"] > saved["updates"]
+
+
+def test_checkpoints_rotate_and_best_is_kept(tmp_path):
+    run = tmp_path / "rotate"
+    proc = start(run, "--checkpoint-interval", "1", "--total-frames", "9000")
+    output, _ = proc.communicate(timeout=240)
+    assert proc.returncode == 0, output[-3000:]
+    names = sorted(p.name for p in (run / "checkpoints").iterdir())
+    periodic = [n for n in names if n.startswith("ckpt-")]
+    assert len(periodic) == 3, names  # keep_checkpoints
+    assert "best.pt" in names
+    assert not [n for n in names if n.endswith(".tmp")]
+
+
+class _RunsCode:
+    """A pickle that would run code when loaded without weights_only."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.marker}",))
+
+
+@pytest.mark.parametrize("kind", ["truncated", "random", "malicious", "foreign", "other_network"])
+def test_bad_checkpoint_files_give_one_clear_error(tmp_path, kind):
+    path = tmp_path / "ckpt-100.pt"
+    marker = tmp_path / "pwned"
+    if kind == "truncated":
+        import torch
+
+        torch.save({"learner": {"online": {"w": torch.zeros(1000)}}}, path)
+        path.write_bytes(path.read_bytes()[:300])
+    elif kind == "random":
+        path.write_bytes(os.urandom(4096))
+    elif kind == "malicious":
+        path.write_bytes(pickle.dumps(_RunsCode(marker)))
+    elif kind == "foreign":
+        import torch
+
+        torch.save({"something": torch.zeros(3)}, path)
+    else:  # a well-formed checkpoint of a network with 12 actions; Catch has 3
+        from models import QNetwork
+        from pipeline.learning.checkpoint import capture_rng_state, save_checkpoint
+
+        save_checkpoint(
+            path,
+            {
+                "learner": {"online": QNetwork(12).state_dict()},
+                "counters": {},
+                "config": {},
+                "rng": capture_rng_state(),
+            },
+        )
+    result = subprocess.run(
+        [sys.executable, "main.py", *BASE, "--resume", str(path)], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 2, result.stderr[-2000:]
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("main.py: error:") and str(path) in lines[0], result.stderr
+    assert not marker.exists()
+    if kind == "other_network":
+        assert "shape" in lines[0] or "action" in lines[0], lines[0]
+    assert not project_segments(run_tag(tmp_path))
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([path.name])  # nothing created beside it

@@ -1,0 +1,151 @@
+"""Segment naming, permissions, release, and the removal of stale segments."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import signal
+import stat
+from multiprocessing import resource_tracker, shared_memory
+
+import numpy as np
+
+from pipeline.transport import segments
+from tests.pipeline import producers as P
+
+TAG = P.new_tag("shm")
+CTX = mp.get_context("spawn")
+
+
+def _dead_pid() -> int:
+    """The pid of a child that has finished (and been reaped)."""
+    child = CTX.Process(target=P.noop)
+    child.start()
+    child.join(30)
+    assert child.exitcode == 0
+    assert not segments._pid_alive(child.pid)
+    return child.pid
+
+
+def _untracked_segment(name: str, size: int = 4096) -> None:
+    """Create a segment and hide it from the resource tracker: only an explicit unlink (or
+    remove_stale_segments) can remove it, as after a learner killed with SIGKILL."""
+    segment = shared_memory.SharedMemory(name=name, create=True, size=size)
+    resource_tracker.unregister(segment._name, "shared_memory")
+    segment.close()
+
+
+def _unlink_quietly(name: str) -> None:
+    try:
+        (segments.SHM_DIR / name).unlink()
+    except FileNotFoundError:
+        pass
+
+
+# ------------------------------------------------------------------------ names
+def test_segment_names_carry_tag_and_pid():
+    name = segments.segment_name(TAG, "ring")
+    assert name == f"mario_{TAG}_{os.getpid()}_ring"
+    assert segments.owner_pid(name) == os.getpid()
+    assert segments.segment_name(TAG, "weights", pid=4321) == f"mario_{TAG}_4321_weights"
+    assert segments.owner_pid(segments.segment_name(TAG, "weights", pid=4321)) == 4321
+    # Kinds may contain underscores; the pid is still the second field.
+    assert segments.owner_pid(segments.segment_name(TAG, "ring_b", pid=77)) == 77
+    for foreign in ("psm_1234", "mario_", f"mario_{TAG}", f"mario_{TAG}_12x_ring", "sem.mp-abc"):
+        assert segments.owner_pid(foreign) is None, foreign
+
+
+def test_run_tag_is_short_stable_and_parseable(tmp_path):
+    tag = segments.run_tag(tmp_path)
+    assert tag == segments.run_tag(str(tmp_path)) == segments.run_tag(tmp_path / ".")
+    assert tag != segments.run_tag(tmp_path / "other")
+    assert len(tag) == 10 and "_" not in tag
+    assert segments.owner_pid(segments.segment_name(tag, "ring")) == os.getpid()
+
+
+# ------------------------------------------------------------------------ create / release
+def test_create_segment_is_zeroed_private_and_listed():
+    name = segments.segment_name(TAG, "perm")
+    segment = segments.create_segment(name, 10_000)
+    try:
+        path = segments.SHM_DIR / name
+        mode = stat.S_IMODE(os.stat(path).st_mode)
+        assert mode == 0o600, oct(mode)
+        assert os.stat(path).st_uid == os.getuid()
+        assert segment.size >= 10_000
+        assert not np.frombuffer(segment.buf, np.uint8).any()
+        assert name in segments.project_segments(TAG)
+        assert name in segments.project_segments()
+        # Another process-level attach sees the same bytes.
+        other = segments.attach_segment(name)
+        segment.buf[:3] = b"abc"
+        assert bytes(other.buf[:3]) == b"abc"
+        segments.release(other, unlink=False)
+        assert path.exists()
+    finally:
+        segments.release(segment, unlink=True)
+    assert not (segments.SHM_DIR / name).exists()
+    # Releasing twice, or nothing, is harmless.
+    segments.release(segment, unlink=True)
+    segments.release(None, unlink=True)
+
+
+def test_release_with_a_live_view_still_unlinks():
+    name = segments.segment_name(TAG, "view")
+    segment = segments.create_segment(name, 4096)
+    view = np.frombuffer(segment.buf, np.uint8)
+    segments.release(segment, unlink=True)  # close fails (exported view); unlink must not
+    assert not (segments.SHM_DIR / name).exists()
+    view[0] = 1  # the mapping itself stays valid while the view lives
+    del view
+    segment.close()  # now it can close; keeps the interpreter quiet at exit
+
+
+# ------------------------------------------------------------------------ stale segments
+def test_remove_stale_segments_removes_dead_owners_only():
+    dead = _dead_pid()
+    stale = segments.segment_name(TAG, "ring", pid=dead)
+    stale_other_run = segments.segment_name(TAG + "x", "ring", pid=dead)
+    alive_mine = segments.segment_name(TAG, "weights")
+    alive_init = segments.segment_name(TAG, "ring", pid=1)  # pid 1 always exists
+    _untracked_segment(stale)
+    _untracked_segment(stale_other_run)
+    mine = segments.create_segment(alive_mine, 4096)
+    init_owned = segments.create_segment(alive_init, 4096)
+    try:
+        assert {stale, alive_mine, alive_init} <= set(segments.project_segments(TAG))
+        removed = segments.remove_stale_segments(TAG)
+        assert removed == [stale]
+        assert not (segments.SHM_DIR / stale).exists()
+        assert (segments.SHM_DIR / alive_mine).exists() and (segments.SHM_DIR / alive_init).exists()
+        # Another run's segments are left to that run's tag.
+        assert (segments.SHM_DIR / stale_other_run).exists()
+        assert segments.remove_stale_segments(TAG + "x") == [stale_other_run]
+        assert segments.remove_stale_segments(TAG) == []  # idempotent
+    finally:
+        segments.release(mine, unlink=True)
+        segments.release(init_owned, unlink=True)
+        _unlink_quietly(stale)
+        _unlink_quietly(stale_other_run)
+
+
+def test_remove_stale_segments_after_owner_killed():
+    """A real owner process creates a segment and dies by SIGKILL without cleaning up."""
+    child = CTX.Process(target=P.create_segment_and_die, args=(TAG, 8192))
+    child.start()
+    child.join(30)
+    assert child.exitcode == -signal.SIGKILL
+    name = segments.segment_name(TAG, "ring", pid=child.pid)
+    try:
+        assert (segments.SHM_DIR / name).exists(), "the dead owner's segment should still be there"
+        assert segments.owner_pid(name) == child.pid
+        leftover = segments.attach_segment(name)
+        assert bytes(leftover.buf[:4]) == b"dead"
+        leftover.close()
+        # attach registered the name with our resource tracker; hand it back so the
+        # tracker does not try to unlink it again at exit.
+        resource_tracker.unregister(leftover._name, "shared_memory")
+        assert segments.remove_stale_segments(TAG) == [name]
+        assert not (segments.SHM_DIR / name).exists()
+    finally:
+        _unlink_quietly(name)

@@ -1,0 +1,110 @@
+"""The layers of ``pipeline/`` import downwards only (see pipeline/__init__.py).
+
+Every import statement of every module is read with :mod:`ast`, including the ones
+inside functions (the lazy imports of spawn targets count as much as the top-level ones).
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# Lowest first. A module may import its own package and any package of a lower rank;
+# packages of the same rank do not import each other.
+LAYER_RANK = {
+    "common": 0,
+    "transport": 1,
+    "learning": 2,
+    "run": 3,
+    "commands": 4,
+    "bench": 4,
+}
+# What the lower layers must stay free of, whatever the pipeline layer rules say.
+FORBIDDEN_IN = {
+    "common": {"torch", "config", "envs", "models"},
+    "transport": {"torch", "config", "envs", "models"},
+}
+# Packages outside pipeline/: the environments and the network never import the pipeline.
+OUTSIDE = {"envs": {"pipeline", "config"}, "models": {"pipeline", "config", "envs"}}
+
+
+def imported_modules(path: Path, root: Path) -> list[tuple[int, str]]:
+    """(line, absolute module name) of every import in a file."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, alias.name) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:  # relative: resolve against the file's package
+                package = path.relative_to(root).with_suffix("").parts[: -node.level]
+                base = ".".join(package)
+                module = f"{base}.{node.module}" if node.module else base
+            else:
+                module = node.module or ""
+            found.append((node.lineno, module))
+            # `from pipeline import run` names a sub-package, not an attribute.
+            found += [(node.lineno, f"{module}.{alias.name}") for alias in node.names if module == "pipeline"]
+    return found
+
+
+def layer_of(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 and parts[0] == "pipeline" else None
+
+
+def violations(package_dir: Path, root: Path = ROOT) -> list[str]:
+    problems = []
+    for path in sorted(package_dir.rglob("*.py")):
+        rel = path.relative_to(root)
+        own = rel.parts[1] if rel.parts[0] == "pipeline" and len(rel.parts) > 2 else None
+        for line, module in imported_modules(path, root):
+            where = f"{rel}:{line} imports {module}"
+            top = module.split(".")[0]
+            if rel.parts[0] in OUTSIDE:
+                if top in OUTSIDE[rel.parts[0]]:
+                    problems.append(f"{where} ({rel.parts[0]}/ must not depend on {top})")
+                continue
+            if own is None:  # pipeline/__init__.py
+                continue
+            if top in FORBIDDEN_IN.get(own, ()):
+                problems.append(f"{where} (the {own} layer must not use {top})")
+            target = layer_of(module)
+            if target is None or target == own:
+                continue
+            if target not in LAYER_RANK:
+                problems.append(f"{where} (unknown layer {target!r}: add it to LAYER_RANK)")
+            elif LAYER_RANK[target] >= LAYER_RANK[own]:
+                problems.append(f"{where} ({own} may not import {target})")
+    return problems
+
+
+@pytest.mark.parametrize("package", ["pipeline", "envs", "models"])
+def test_imports_point_down_only(package):
+    assert violations(ROOT / package) == []
+
+
+def test_every_layer_is_known_and_documented():
+    packages = {p.name for p in (ROOT / "pipeline").iterdir() if (p / "__init__.py").is_file()}
+    assert packages == set(LAYER_RANK)
+    for name in packages:
+        docstring = ast.get_docstring(ast.parse((ROOT / "pipeline" / name / "__init__.py").read_text()))
+        assert docstring and len(docstring.splitlines()) >= 3, f"pipeline/{name}/__init__.py needs a docstring"
+
+
+def test_the_checker_catches_a_wrong_way_import(tmp_path):
+    """The rules above fail on an upward import (so the passing test means something)."""
+    layer = tmp_path / "pipeline" / "transport"
+    layer.mkdir(parents=True)
+    (layer / "__init__.py").write_text('"""x"""\n')
+    (layer / "bad.py").write_text("def f():\n    from pipeline.run.trainer import Trainer\n    import torch\n")
+    (layer / "sibling.py").write_text("from . import bad\nfrom ..learning import replay\n")
+    found = violations(tmp_path / "pipeline", root=tmp_path)
+    assert any("transport may not import run" in p for p in found)
+    assert any("must not use torch" in p for p in found)
+    assert any("imports pipeline.learning" in p and "transport may not import learning" in p for p in found)
+    assert not any("imports pipeline.transport.bad" in p for p in found)
