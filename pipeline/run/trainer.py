@@ -31,6 +31,7 @@ import logging
 import os
 import signal
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -154,12 +155,16 @@ class Trainer:
         throttle: bool = True,
         train: bool = True,
         time_limit_s: float | None = None,
+        on_snapshot: Callable[[Snapshot, Trainer], None] | None = None,
     ) -> None:
         """``train=False`` runs collection only (benchmarks); ``throttle=False`` lets the
         consolidator drain regardless of the replay ratio; ``time_limit_s`` stops the run
-        after that many seconds of collection."""
+        after that many seconds of collection; ``on_snapshot(snapshot, trainer)`` sees
+        every monitor snapshot taken while the run is going (the benchmark's window; it may
+        call :meth:`request_stop`)."""
         self.cfg = cfg
         self.time_limit_s = time_limit_s
+        self.on_snapshot = on_snapshot
         self.sources = sources or {}
         self.train_enabled = train
         self.throttle = throttle
@@ -419,7 +424,11 @@ class Trainer:
                 await asyncio.wait_for(self.stop_event.wait(), timeout=self.cfg.monitor_interval_s)
             except asyncio.TimeoutError:
                 pass
-            self.monitor.update(self.snapshot(), status="running" if not self.stop_event.is_set() else "stopping")
+            snapshot = self.snapshot()
+            running = not self.stop_event.is_set()
+            if running and self.on_snapshot is not None:
+                self.on_snapshot(snapshot, self)
+            self.monitor.update(snapshot, status="running" if running else "stopping")
 
     # -- evaluator ------------------------------------------------------------------------
     def _start_evaluator(self) -> None:
