@@ -22,7 +22,7 @@ from typing import Any
 # Knobs: edit these by hand. None keeps the preset's value.
 # ---------------------------------------------------------------------------------------
 PRESET: str = "auto"  # one of: auto, cpu, laptop, desktop, server, tiny
-NUM_PROCESSES: int | None = None  # collector processes (each runs one emulator)
+NUM_PROCESSES: int | None = None  # collector processes (each steps envs_per_collector emulators)
 BATCH_SIZE: int | None = None  # learner mini-batch size
 ENV_ID: str | None = None  # e.g. "SuperMarioBros-1-1-v0", "SuperMarioBrosRandomStages-v0", "Catch-v0"
 TOTAL_FRAMES: int | None = None  # stop after this many emulator frames (0 = run until Ctrl-C)
@@ -61,7 +61,8 @@ class Config:
 
     # --- collectors --------------------------------------------------------------------
     num_processes: int = 2
-    """Collector processes; each runs one emulator and writes to its own ring slot."""
+    """Collector processes; each steps ``envs_per_collector`` emulators, each env writing
+    to its own ring slot (so the ring has num_processes x envs_per_collector slots)."""
     envs_per_collector: int = 4
     """Environments each collector steps in lockstep, choosing their actions with one
     batched forward pass (batch-1 inference is the collector's main overhead)."""
@@ -152,6 +153,23 @@ class Config:
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> Config:
+        """A Config from a saved ``to_dict()`` (a checkpoint's): fields it lacks take
+        today's defaults, names that are no longer fields are dropped."""
+        return cls(**{k: v for k, v in values.items() if k in FIELD_NAMES})
+
+    def env_kwargs(self, *, reward_scale: float | None = None) -> dict[str, Any]:
+        """Keyword arguments of :func:`envs.make_env` for this run's env settings (all but
+        the env id and the seed); ``reward_scale`` overrides the run's (1.0 = game units)."""
+        return dict(
+            action_set=self.action_set,
+            frame_skip=self.frame_skip,
+            reward_scale=self.reward_scale if reward_scale is None else reward_scale,
+            no_progress_steps=self.no_progress_steps,
+            max_episode_steps=self.max_episode_steps,
+        )
 
 
 FIELD_NAMES: frozenset[str] = frozenset(f.name for f in fields(Config))
