@@ -36,7 +36,8 @@ def play_command(argv: list[str]) -> int:
     """Play ``--episodes`` episodes and write them to one video; print its path and a summary."""
     import numpy as np
 
-    from pipeline.commands.evaluate import (
+    from pipeline.common.files import check_output_path
+    from pipeline.learning.policy import (
         build_env,
         caption,
         load_policy,
@@ -45,7 +46,7 @@ def play_command(argv: list[str]) -> int:
         single_thread_torch,
         summarise,
     )
-    from pipeline.learning.recording import VIDEO_SUFFIXES, annotate, check_output_path, open_video, video_fps
+    from pipeline.learning.recording import VIDEO_SUFFIXES, annotate, open_video, video_fps
 
     args = build_parser().parse_args(argv)
     if args.out:  # fail on a bad path before loading anything
@@ -58,7 +59,7 @@ def play_command(argv: list[str]) -> int:
     rng = np.random.default_rng(args.seed)
     env = build_env(policy.config, policy.env_id, seed=args.seed)
     results = []
-    writer = open_video(out, video_fps(policy.env_id, policy.config["frame_skip"]))
+    writer = open_video(out, video_fps(policy.env_id, policy.config.frame_skip))
     try:
         with single_thread_torch():
             for episode in range(args.episodes):

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pipeline.common.errors import OneLineParser, UserError
+from pipeline.common.files import atomic_write
 
 __all__ = ["FIGURES", "build_parser", "plot_command", "plot_run", "read_metrics", "series"]
 
@@ -168,12 +169,10 @@ def plot_run(run_dir: Path, out_dir: Path) -> tuple[list[Path], list[str]]:
             ax.grid(True, alpha=0.3)
         fig.suptitle(run_dir.name)
         path = out_dir / name
-        tmp = out_dir / f".{name}.tmp.png"
         try:
-            fig.savefig(tmp, dpi=100)
-            tmp.replace(path)
+            with atomic_write(path) as handle:
+                fig.savefig(handle, format="png", dpi=100)
         except OSError as exc:
-            tmp.unlink(missing_ok=True)
             raise UserError(f"cannot write {str(path)!r}: {exc.strerror or exc}; choose a writable --out") from None
         written.append(path)
     return written, notes
@@ -198,7 +197,7 @@ def plot_command(argv: list[str]) -> int:
     out_dir = Path(args.out) if args.out else run_dir / "plots"
     if out_dir.exists() and not out_dir.is_dir():
         raise UserError(f"--out {str(out_dir)!r} is a file, not a directory; choose a directory for the PNG files")
-    from pipeline.learning.recording import check_output_path
+    from pipeline.common.files import check_output_path
 
     check_output_path(out_dir / next(iter(FIGURES)), (".png",), "figure")  # creates out_dir, probes it
     written, notes = plot_run(run_dir, out_dir)

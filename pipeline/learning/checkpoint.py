@@ -21,7 +21,6 @@ import os
 import pickle
 import random
 import re
-import tempfile
 import warnings
 from pathlib import Path
 from typing import Any
@@ -29,6 +28,8 @@ from typing import Any
 import numpy as np
 import torch
 from torch import nn
+
+from pipeline.common.files import atomic_write
 
 __all__ = [
     "CHECKPOINT_PATTERN",
@@ -92,22 +93,10 @@ def save_checkpoint(path: Path, payload: dict[str, Any]) -> None:
             f"cannot save checkpoint {path}: could not create directory {path.parent} "
             f"({exc}); check the path and its permissions"
         ) from exc
-    # Same directory as the destination so os.replace is a rename on one file system.
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    tmp_path = Path(tmp_name)
     try:
-        with os.fdopen(fd, "wb") as handle:
+        with atomic_write(path) as handle:  # removes its temporary file on any failure
             torch.save(payload, handle)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp_path, path)
-    except BaseException as exc:  # also KeyboardInterrupt: never leave a tmp file behind
-        try:
-            tmp_path.unlink(missing_ok=True)
-        except OSError:
-            logger.warning("could not remove temporary checkpoint file %s", tmp_path)
-        if not isinstance(exc, Exception):
-            raise
+    except Exception as exc:
         raise CheckpointError(
             f"could not write checkpoint {path}: {type(exc).__name__}: {exc}. The previous "
             "checkpoint at that path (if any) is intact; check free disk space and write "

@@ -21,19 +21,18 @@ from __future__ import annotations
 
 import logging
 import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from pipeline.common.errors import UserError
+from pipeline.common.files import commit, discard, temp_beside
 
 __all__ = [
     "VIDEO_SUFFIXES",
     "VideoWriter",
     "annotate",
-    "check_output_path",
     "ffmpeg_available",
     "open_video",
     "video_fps",
@@ -47,49 +46,6 @@ SMALL_FRAME_WIDTH = 160  # frames narrower than this (Catch's 84x84) are upscale
 
 
 # ---------------------------------------------------------------------- output paths
-
-
-def check_output_path(path: str | os.PathLike[str], suffixes: tuple[str, ...], what: str = "output") -> Path:
-    """Make sure ``path`` can be written (parent created if needed); return it as a Path.
-
-    Probes the directory by creating and removing a temporary file, so a path under a
-    regular file, in a read-only place or in ``/proc`` fails here, before any work is
-    done, with one :class:`UserError` line naming the path and the fix.
-    """
-    path = Path(path)
-    if suffixes and path.suffix.lower() not in suffixes:
-        raise UserError(
-            f"{what} file {str(path)!r} has an unsupported extension {path.suffix or '(none)'!r}; "
-            f"use one of {', '.join(suffixes)}"
-        )
-    if path.is_dir():
-        raise UserError(f"{what} path {str(path)!r} is a directory; give a file name ending in {suffixes[0]}")
-    for ancestor in path.parents:
-        if ancestor.exists():
-            if not ancestor.is_dir():
-                raise UserError(
-                    f"cannot write {what} file {str(path)!r}: {str(ancestor)!r} is a file, not a "
-                    "directory; choose a path in a writable directory"
-                )
-            break
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise UserError(
-            f"cannot write {what} file {str(path)!r}: cannot create directory {str(path.parent)!r} "
-            f"({exc.strerror or type(exc).__name__}); choose a path in a writable directory"
-        ) from None
-    try:
-        fd, probe = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".probe", dir=path.parent)
-        os.close(fd)
-        os.unlink(probe)
-    except OSError as exc:
-        reason = exc.strerror or type(exc).__name__
-        raise UserError(
-            f"cannot write {what} file {str(path)!r}: cannot create files in {str(path.parent)!r} ({reason}); "
-            "choose a path in a writable directory"
-        ) from None
-    return path
 
 
 # ---------------------------------------------------------------------- frames
@@ -133,12 +89,6 @@ def annotate(frame: np.ndarray, text: str) -> np.ndarray:
 # ---------------------------------------------------------------------- writers
 
 
-def _umask() -> int:
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
-
-
 def ffmpeg_available() -> bool:
     """Whether imageio-ffmpeg and its ffmpeg binary can be used."""
     try:
@@ -170,9 +120,7 @@ class VideoWriter:
         self.frames = 0
         self.size: tuple[int, int] | None = None  # (height, width)
         self._closed = False
-        fd, tmp = tempfile.mkstemp(prefix=f".{self.path.stem}.", suffix=self.path.suffix, dir=self.path.parent)
-        os.close(fd)
-        self._tmp = Path(tmp)
+        self._tmp = temp_beside(self.path)
         self._encoder: Any = None
         self._gif_frames: list[Any] = []
 
@@ -253,8 +201,7 @@ class VideoWriter:
                     optimize=False,
                 )
                 self._gif_frames = []
-            os.chmod(self._tmp, 0o666 & ~_umask())  # mkstemp made it 0600
-            os.replace(self._tmp, self.path)
+            commit(self._tmp, self.path)
         except BaseException:
             self._discard()
             raise
@@ -275,10 +222,7 @@ class VideoWriter:
                 pass
             self._encoder = None
         self._gif_frames = []
-        try:
-            self._tmp.unlink(missing_ok=True)
-        except OSError:
-            logger.warning("could not remove temporary video file %s", self._tmp)
+        discard(self._tmp)
 
 
 def open_video(path: str | os.PathLike[str], fps: float, *, threads: int = 0) -> VideoWriter:

@@ -10,7 +10,7 @@ evaluated again. Results go back through a ``multiprocessing`` queue, which the
 learner drains with :meth:`Evaluator.poll` without ever blocking; this channel is off
 the hot path (one small dict per evaluation).
 
-Episode ``i`` of every evaluation resets with ``config["seed"] + EVAL_SEED_OFFSET + i``,
+Episode ``i`` of every evaluation resets with ``config.seed + EVAL_SEED_OFFSET + i``,
 so successive weights versions are compared on the same starts. Returns are in game
 units (rewards unscaled), like ``episode_return`` in ``metrics.csv``.
 
@@ -28,7 +28,7 @@ asks, when the weights block's stop flag is set, or when its parent dies. It log
 
 Usage in the learner::
 
-    evaluator = Evaluator(cfg.to_dict(), run_path, weights_segment.name, interval_s=300, episodes=2)
+    evaluator = Evaluator(cfg, run_path, weights_segment.name, interval_s=300, episodes=2)
     evaluator.start()
     ...
     for result in evaluator.poll():   # every monitor tick; never blocks
@@ -50,6 +50,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from config import Config
+from pipeline.common.files import atomic_write
+
 __all__ = ["EVAL_SEED_OFFSET", "Evaluator", "EvaluatorArgs", "evaluator_main"]
 
 EVAL_SEED_OFFSET = 5_000_000  # evaluation seeds never coincide with collector seeds
@@ -61,7 +64,7 @@ MAX_CONSECUTIVE_FAILURES = 5
 class EvaluatorArgs:
     """Everything the evaluator process needs; plain values so it pickles for spawn."""
 
-    config: dict[str, Any]
+    config: Config
     run_path: str
     weights_name: str
     parent_pid: int
@@ -74,7 +77,7 @@ class Evaluator:
     """Owns the evaluator process; lives in the learner.
 
     Args:
-        config: the run's ``Config.to_dict()``.
+        config: the run's :class:`config.Config`.
         run_path: the run directory (videos go to ``<run>/videos``, the log to ``<run>/logs``).
         weights_name: name of the weights block's shared-memory segment.
         interval_s: seconds between the starts of two evaluations (at least; an
@@ -85,7 +88,7 @@ class Evaluator:
 
     def __init__(
         self,
-        config: dict,
+        config: Config,
         run_path: Path,
         weights_name: str,
         *,
@@ -99,7 +102,7 @@ class Evaluator:
             raise ValueError(f"episodes must be >= 1, got {episodes!r}")
         if max_steps < 1:
             raise ValueError(f"max_steps must be >= 1, got {max_steps!r}")
-        self.config = dict(config)
+        self.config = config
         self.run_path = Path(run_path)
         self.weights_name = weights_name
         self.interval_s = float(interval_s)
@@ -237,8 +240,8 @@ class _Worker:
 
         import envs
         from models import QNetwork
-        from pipeline.commands.evaluate import _config_with_defaults, build_env
         from pipeline.learning.flat_state import StateLoader
+        from pipeline.learning.policy import build_env
         from pipeline.transport.segments import attach_segment
         from pipeline.transport.weights import WeightsBlock
 
@@ -247,13 +250,13 @@ class _Worker:
         self.results = results
         self.stop_event = stop_event
         self.logger = logger
-        self.cfg = _config_with_defaults(args.config)
+        self.cfg = args.config
         self.videos = Path(args.run_path) / "videos"
         self.segment = attach_segment(args.weights_name)
         self.weights = WeightsBlock(self.segment.buf)
-        self.num_actions = envs.num_actions(self.cfg["env_id"], self.cfg["action_set"])
-        self.frame_stack = int(self.cfg["frame_stack"])
-        self.model = QNetwork(self.num_actions, self.frame_stack, bool(self.cfg["dueling"])).eval()
+        self.num_actions = envs.num_actions(self.cfg.env_id, self.cfg.action_set)
+        self.frame_stack = self.cfg.frame_stack
+        self.model = QNetwork(self.num_actions, self.frame_stack, self.cfg.dueling).eval()
         self.model.requires_grad_(False)
         self.loader = StateLoader(self.model)
         if self.loader.num_floats != self.weights.num_floats:
@@ -262,7 +265,7 @@ class _Worker:
                 f"needs {self.loader.num_floats}"
             )
         self._build_env = build_env
-        self.seed0 = int(self.cfg["seed"]) + EVAL_SEED_OFFSET
+        self.seed0 = self.cfg.seed + EVAL_SEED_OFFSET
         self.env = build_env(self.cfg, seed=self.seed0)
         self.best_return = self._load_best()
 
@@ -318,7 +321,7 @@ class _Worker:
 
     def evaluate(self) -> int:
         """One evaluation of the current weights; returns their version (0 if interrupted)."""
-        from pipeline.commands.evaluate import run_episode, summarise
+        from pipeline.learning.policy import run_episode, summarise
 
         t0, cpu0 = time.monotonic(), time.process_time()
         version = self.weights.read(self.loader.staging)
@@ -374,11 +377,11 @@ class _Worker:
 
     def _save_best(self, episode: Any, version: int, learner_step: int) -> str:
         """Replay ``episode`` from its seed and actions into videos/best.mp4 (atomically)."""
-        from pipeline.commands.evaluate import caption, play_episode
+        from pipeline.learning.policy import caption, play_episode
         from pipeline.learning.recording import annotate, open_video, video_fps
 
         self.videos.mkdir(parents=True, exist_ok=True)
-        writer = open_video(self.videos / "best.mp4", video_fps(self.cfg["env_id"], self.cfg["frame_skip"]), threads=1)
+        writer = open_video(self.videos / "best.mp4", video_fps(self.cfg.env_id, self.cfg.frame_skip), threads=1)
         replayed = None
         try:
             for step in play_episode(
@@ -409,9 +412,8 @@ class _Worker:
             "video": path.name,
             "time": time.time(),
         }
-        tmp = self.videos / ".best.json.tmp"
-        tmp.write_text(json.dumps(info, indent=2) + "\n")
-        os.replace(tmp, self.videos / "best.json")
+        with atomic_write(self.videos / "best.json", "w") as handle:
+            handle.write(json.dumps(info, indent=2) + "\n")
         return str(path)
 
     def close(self) -> None:

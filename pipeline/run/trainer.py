@@ -437,7 +437,7 @@ class Trainer:
             return
         assert self.weights_segment is not None and self.monitor is not None
         self.evaluator = Evaluator(
-            cfg.to_dict(),
+            cfg,
             self.paths.root,
             self.weights_segment.name,
             interval_s=cfg.eval_interval_s,

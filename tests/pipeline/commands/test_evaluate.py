@@ -14,9 +14,10 @@ import torch
 
 from config import Config
 from models import QNetwork
-from pipeline.commands.evaluate import eval_command, load_policy, resolve_checkpoint, run_dir_of
+from pipeline.commands.evaluate import eval_command
 from pipeline.common.errors import UserError
 from pipeline.learning.checkpoint import CheckpointError, save_checkpoint
+from pipeline.learning.policy import load_policy, resolve_checkpoint, run_dir_of
 
 
 @pytest.fixture(autouse=True)

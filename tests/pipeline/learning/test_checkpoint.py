@@ -14,6 +14,7 @@ import torch
 
 import pipeline.learning.checkpoint as checkpoint_module
 from models import QNetwork
+from pipeline.common.files import TEMP_MARKER
 from pipeline.learning.checkpoint import (
     CheckpointError,
     capture_rng_state,
@@ -56,7 +57,7 @@ def assert_same(a: object, b: object) -> None:
 
 
 def tmp_files(directory: Path) -> list[Path]:
-    return [p for p in directory.iterdir() if p.name.endswith(".tmp")]
+    return [p for p in directory.iterdir() if TEMP_MARKER in p.name]
 
 
 # ---------------------------------------------------------------------------- save / load

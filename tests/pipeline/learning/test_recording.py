@@ -6,7 +6,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pipeline.common.errors import UserError
 from pipeline.learning import recording as V
 
 imageio_ffmpeg = pytest.importorskip("imageio_ffmpeg")
@@ -74,23 +73,6 @@ def test_mp4_falls_back_to_gif_without_ffmpeg(tmp_path, monkeypatch):
     writer.append(frames(1)[0])
     assert writer.close() == tmp_path / "v.gif"
     assert (tmp_path / "v.gif").is_file() and not (tmp_path / "v.mp4").exists()
-
-
-def test_check_output_path(tmp_path):
-    assert V.check_output_path(tmp_path / "new" / "v.mp4", V.VIDEO_SUFFIXES) == tmp_path / "new" / "v.mp4"
-    assert (tmp_path / "new").is_dir() and list((tmp_path / "new").iterdir()) == []
-    (tmp_path / "f").write_text("x")
-    for bad, fragment in [
-        (tmp_path / "f" / "v.mp4", "cannot write"),
-        ("/proc/forbidden.mp4", "cannot write"),
-        (tmp_path / "v.webm", "unsupported extension"),
-        (tmp_path / "new.mp4", None),
-    ]:
-        if fragment is None:
-            (tmp_path / "new.mp4").mkdir()
-            fragment = "is a directory"
-        with pytest.raises(UserError, match=fragment):
-            V.check_output_path(bad, V.VIDEO_SUFFIXES)
 
 
 def test_fps_is_real_time():

@@ -29,9 +29,9 @@ RESULT_TIMEOUT_S = 60.0  # a spawn child imports torch + the env, then plays Cat
 @pytest.fixture
 def weights_block():
     """A weights block holding a fresh Catch QNetwork (version 1); unlinked afterwards."""
-    cfg = Config(env_id="Catch-v0", seed=11).to_dict()
+    cfg = Config(env_id="Catch-v0", seed=11)
     torch.manual_seed(0)
-    net = QNetwork(3, cfg["frame_stack"], cfg["dueling"])
+    net = QNetwork(3, cfg.frame_stack, cfg.dueling)
     num_floats = state_numel(net.state_dict())
     segment = create_segment(segment_name(TAG, "weights"), W.block_bytes(num_floats))
     block = W.WeightsBlock.initialise(segment.buf, num_floats)
@@ -91,7 +91,7 @@ def test_evaluates_new_weights_keeps_best_video_and_stops(tmp_path, weights_bloc
         # Same weights are not evaluated again; new weights are.
         time.sleep(0.6)
         assert evaluator.poll() == []
-        block.publish_state(net.state_dict(), learner_step=200)
+        block.publish(flatten_state(net.state_dict()), learner_step=200)
         (second,) = wait_for_results(evaluator)
         assert second["weights_version"] == 2 and second["learner_step"] == 200
         # Same network, same seeds: the same episodes, so no new best and no re-encoding.
@@ -122,7 +122,7 @@ def test_exits_when_the_weights_block_asks_to_stop(tmp_path, weights_block):
 
 def test_rejects_bad_arguments(tmp_path):
     with pytest.raises(ValueError, match="episodes"):
-        Evaluator({}, tmp_path, "x", interval_s=1, episodes=0)
+        Evaluator(Config(), tmp_path, "x", interval_s=1, episodes=0)
     with pytest.raises(ValueError, match="interval_s"):
-        Evaluator({}, tmp_path, "x", interval_s=-1)
-    Evaluator({}, tmp_path, "x", interval_s=1).stop()  # stop before start is a no-op
+        Evaluator(Config(), tmp_path, "x", interval_s=-1)
+    Evaluator(Config(), tmp_path, "x", interval_s=1).stop()  # stop before start is a no-op

@@ -182,7 +182,7 @@ def test_killed_learner_leaves_segments_that_the_next_start_removes_and_resume_c
     assert len(leaked) == 2, leaked  # the ring and the weights block of the dead learner
     saved = json.loads(
         json.dumps(
-            __import__("pipeline.learning.checkpoint").checkpoint.load_checkpoint(checkpoints(run)[-1])["counters"]
+            __import__("pipeline.learning.checkpoint").learning.checkpoint.load_checkpoint(checkpoints(run)[-1])["counters"]
         )
     )
 
