@@ -375,7 +375,8 @@ def validate(cfg: Config) -> None:
             bad = True
         if bad:
             types_ok = False
-            problems.append(_problem(f.name, value, f"must be a {f.type}", f"set a {f.type} value"))
+            article = "an" if f.type == "int" else "a"
+            problems.append(_problem(f.name, value, f"must be {article} {f.type}", f"set {article} {f.type} value"))
     if not types_ok:
         raise ConfigError(_summarise(problems))
 

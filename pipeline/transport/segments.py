@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 from multiprocessing import shared_memory
 from pathlib import Path
 
@@ -36,9 +37,37 @@ def segment_name(tag: str, kind: str, pid: int | None = None) -> str:
     return f"{PREFIX}{tag}_{os.getpid() if pid is None else pid}_{kind}"
 
 
+class SegmentSpaceError(OSError):
+    """/dev/shm cannot hold a new segment; the message has the sizes and the fix."""
+
+
 def create_segment(name: str, size: int) -> shared_memory.SharedMemory:
-    """Create a zero-filled segment (the kernel zero-fills new shared memory)."""
-    return shared_memory.SharedMemory(name=name, create=True, size=size)
+    """Create a zero-filled segment (the kernel zero-fills new shared memory), its pages reserved.
+
+    tmpfs hands out pages on first touch, so a segment larger than the free space of
+    /dev/shm is created without complaint and a collector dies by SIGBUS at its first
+    write to the missing pages, much later. ``posix_fallocate`` reserves every page now:
+    a full /dev/shm fails here, with :class:`SegmentSpaceError`, and nothing is left behind.
+    """
+    segment = shared_memory.SharedMemory(name=name, create=True, size=size)
+    try:
+        fd = os.open(SHM_DIR / name, os.O_RDWR)
+    except FileNotFoundError:  # no /dev/shm (not Linux): nothing to reserve
+        return segment
+    try:
+        os.posix_fallocate(fd, 0, size)
+    except OSError as exc:
+        release(segment, unlink=True)
+        free = shutil.disk_usage(SHM_DIR).free
+        raise SegmentSpaceError(
+            exc.errno,
+            f"cannot reserve {size / 2**20:,.1f} MB of shared memory for {name} ({exc.strerror}; "
+            f"{free / 2**20:,.1f} MB free in {SHM_DIR}); give /dev/shm more room (docker run --shm-size=1g) "
+            "or lower ring_capacity / the number of collectors",
+        ) from None
+    finally:
+        os.close(fd)
+    return segment
 
 
 def attach_segment(name: str) -> shared_memory.SharedMemory:

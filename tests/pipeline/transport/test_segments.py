@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import errno
 import multiprocessing as mp
 import os
+import shutil
 import signal
 import stat
 from multiprocessing import resource_tracker, shared_memory
 
 import numpy as np
+import pytest
 
 from pipeline.transport import segments
 from tests.pipeline import producers as P
@@ -149,3 +152,19 @@ def test_remove_stale_segments_after_owner_killed():
         assert not (segments.SHM_DIR / name).exists()
     finally:
         _unlink_quietly(name)
+
+
+def test_a_segment_larger_than_dev_shm_fails_at_creation_and_leaves_nothing():
+    """Pages are reserved at creation: a full /dev/shm is an error now, never a SIGBUS later."""
+    name = segments.segment_name(TAG, "toolarge")
+    too_large = shutil.disk_usage(segments.SHM_DIR).free + 2**30
+    with pytest.raises(segments.SegmentSpaceError, match="cannot reserve .* MB of shared memory") as info:
+        segments.create_segment(name, too_large)
+    assert info.value.errno == errno.ENOSPC
+    assert not (segments.SHM_DIR / name).exists()
+    # A segment that fits is fully backed: every page is allocated up front.
+    segment = segments.create_segment(segments.segment_name(TAG, "backed"), 4 * 2**20)
+    try:
+        assert os.stat(segments.SHM_DIR / segment.name).st_blocks * 512 >= 4 * 2**20
+    finally:
+        segments.release(segment, unlink=True)
