@@ -157,7 +157,7 @@ def run_train(argv: list[str]) -> int:
 
 
 def run_bench(argv: list[str]) -> int:
-    from pipeline.bench.suite import bench_command
+    from pipeline.bench import bench_command
 
     return bench_command(argv)
 

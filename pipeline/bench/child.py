@@ -1,0 +1,214 @@
+"""Spawn a child process that replies over a pipe; join it, or kill it on a timeout.
+
+The bench runs each measurement that must not share the parent's state (an env
+worker, the learner timing, a whole Trainer run) in a process of its own, started the
+way ``main.py`` starts one (``spawn``: fresh imports, fresh RSS, no inherited threads).
+:class:`Child` is the parent's handle on such a process: it starts the target,
+:meth:`Child.receive` waits for its next reply with a deadline, and :meth:`Child.close`
+joins it, then SIGTERMs and SIGKILLs one that will not end. :func:`run_in_child` is
+the one-reply case.
+
+In the child the target runs as ``target(conn, *args)`` and answers with
+``conn.send(...)``, once or (for a worker that takes requests) once per request. If it
+raises, the helper sends the traceback in its place and the parent's
+:meth:`Child.receive` raises :class:`ChildError`, so every child's failure reaches the
+parent in the same form.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from typing import Any
+
+# How often a long wait looks up from the pipe to check that the child still lives: a
+# child that dies without closing its end (killed by the OOM killer, say) is noticed
+# within this, not at the deadline.
+POLL_S = 0.5
+KILL_JOIN_S = 5.0  # after SIGKILL the kernel only has to reap it
+
+
+def qualified_name(exc_type: type[BaseException]) -> str:
+    """``module.QualName`` of an exception class: how a child's error names its type."""
+    return f"{exc_type.__module__}.{exc_type.__qualname__}"
+
+
+class ChildError(RuntimeError):
+    """The child's target raised; ``traceback`` is the child's, ``message`` its ``str(exc)``."""
+
+    def __init__(self, name: str, type_names: tuple[str, ...], message: str, traceback_text: str) -> None:
+        lines = traceback_text.strip().splitlines()
+        self.last_line = lines[-1] if lines else type_names[0]  # "ValueError: boom"
+        super().__init__(f"{name}: {self.last_line}")
+        self.type_names = type_names  # the exception's class and its bases, qualified
+        self.message = message
+        self.traceback = traceback_text
+
+    def raised(self, exc_type: type[BaseException]) -> bool:
+        """Whether the child raised ``exc_type`` (or a subclass), compared by qualified name
+        (the exception object itself stays in the child: it need not be picklable)."""
+        return qualified_name(exc_type) in self.type_names
+
+
+class ChildTimeout(RuntimeError):
+    """No reply within the time given to :meth:`Child.receive`."""
+
+
+class ChildExited(RuntimeError):
+    """The child ended without replying; ``exitcode`` as :class:`multiprocessing.Process` has it."""
+
+    def __init__(self, message: str, exitcode: int | None) -> None:
+        super().__init__(message)
+        self.exitcode = exitcode
+
+
+@dataclass(frozen=True)
+class _Failure:
+    """What the child sends instead of a reply when its target raises."""
+
+    type_names: tuple[str, ...]
+    message: str
+    traceback: str
+
+
+def _child_main(conn: Connection, target: Callable[..., object], args: tuple[Any, ...]) -> None:
+    """Spawn entry point: run ``target(conn, *args)``, sending its exception if it raises."""
+    try:
+        target(conn, *args)
+    except BaseException as exc:  # noqa: BLE001 - whatever ended the target, the parent reports it
+        names = tuple(qualified_name(t) for t in type(exc).__mro__ if issubclass(t, BaseException))
+        try:
+            conn.send(_Failure(names, str(exc), traceback.format_exc()))
+        except (OSError, ValueError):
+            pass  # the parent has gone or closed its end: nobody is left to tell
+    finally:
+        conn.close()
+
+
+class Child:
+    """A spawned process running ``target(conn, *args)`` and the parent's end of its pipe.
+
+    ``target`` must be a module-level function (spawn pickles it by name). ``daemon``
+    children die with the parent; a child that starts processes itself (a Trainer starts
+    collectors) must not be a daemon.
+    """
+
+    def __init__(
+        self, target: Callable[..., object], args: tuple[Any, ...] = (), *, name: str, daemon: bool = True
+    ) -> None:
+        ctx = mp.get_context("spawn")
+        self.name = name
+        self.conn, child_end = ctx.Pipe()
+        self.process = ctx.Process(target=_child_main, args=(child_end, target, args), name=name, daemon=daemon)
+        try:
+            self.process.start()
+        except BaseException:
+            self.conn.close()
+            raise
+        finally:
+            # Only the child holds its end now, so the child's exit reads as EOF here.
+            child_end.close()
+
+    @property
+    def exitcode(self) -> int | None:
+        return self.process.exitcode
+
+    def send(self, message: Any) -> None:
+        """Send a request to a child that takes them."""
+        self.conn.send(message)
+
+    def receive(self, timeout_s: float, *, through_interrupt: bool = False) -> Any:
+        """The child's next reply, waiting at most ``timeout_s`` seconds.
+
+        Raises :class:`ChildError` if the target raised, :class:`ChildExited` if the child
+        ended without a reply, :class:`ChildTimeout` at the deadline. With
+        ``through_interrupt``, a Ctrl-C in the parent does not cut the wait short: the
+        child is in the same process group and got the same SIGINT, so the parent waits
+        for it to wind up (a Trainer stops its collectors and releases its shared
+        memory), then raises KeyboardInterrupt whatever the child answered.
+        """
+        deadline = time.monotonic() + timeout_s
+        interrupted = False
+        while True:
+            try:
+                message = self._next(deadline)
+                break
+            except KeyboardInterrupt:
+                if not through_interrupt:
+                    raise
+                interrupted = True
+            except (ChildError, ChildExited, ChildTimeout):
+                if interrupted:
+                    raise KeyboardInterrupt from None
+                raise
+        if interrupted:
+            raise KeyboardInterrupt
+        return message
+
+    def _next(self, deadline: float) -> Any:
+        while True:
+            left = deadline - time.monotonic()
+            # poll() is also true at EOF (the child has exited), where recv() raises.
+            if self.conn.poll(max(0.0, min(POLL_S, left))):
+                try:
+                    message = self.conn.recv()
+                except EOFError:
+                    raise self._exited() from None
+                break
+            if not self.process.is_alive() and not self.conn.poll(0):  # a reply sent just before
+                raise self._exited()  # exiting is still read by the next poll
+            if left <= 0:
+                raise ChildTimeout(f"{self.name}: no reply by the deadline")
+        if isinstance(message, _Failure):
+            raise ChildError(self.name, message.type_names, message.message, message.traceback)
+        return message
+
+    def _exited(self) -> ChildExited:
+        self.process.join(1.0)  # reap it, so that exitcode is set
+        return ChildExited(f"{self.name}: exited with code {self.exitcode} and no reply", self.exitcode)
+
+    def close(self, join_s: float = 10.0, *, terminate_s: float = 0.0) -> None:
+        """Wait up to ``join_s`` for the child to end; then, if ``terminate_s > 0``, SIGTERM it
+        and wait that long (for a child that cleans up on SIGTERM, as a Trainer does); then
+        SIGKILL it. Closes the pipe. Safe to call twice."""
+        proc = self.process
+        if proc.pid is not None:  # started
+            proc.join(join_s)
+            if terminate_s > 0 and proc.is_alive():
+                proc.terminate()
+                proc.join(terminate_s)
+            if proc.is_alive():
+                proc.kill()
+                proc.join(KILL_JOIN_S)
+        self.conn.close()
+
+    def __enter__(self) -> Child:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+def run_in_child(
+    target: Callable[..., object],
+    args: tuple[Any, ...] = (),
+    *,
+    name: str,
+    timeout_s: float,
+    daemon: bool = True,
+    join_s: float = 10.0,
+) -> Any:
+    """Spawn ``target(conn, *args)``, return its one reply, and join (or kill) the child.
+
+    Raises as :meth:`Child.receive` does; the child is closed (``join_s``, then SIGKILL)
+    whatever happens.
+    """
+    child = Child(target, args, name=name, daemon=daemon)
+    try:
+        return child.receive(timeout_s)
+    finally:
+        child.close(join_s)

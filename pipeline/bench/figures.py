@@ -1,0 +1,225 @@
+"""What each part reports: every figure's label, format, meaning and target.
+
+:data:`FIGURES` maps part -> figure key -> :class:`FigureSpec`; the report prints the
+figures in the order each part filled them and looks their specs up here.
+:func:`target_met` judges a value against its spec's target.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from pipeline.run.monitor import LEARNER_PHASES
+
+TARGET_EFFICIENCY = 0.90
+TARGET_RECORDS_PER_S = 50_000.0
+TARGET_AMP_SPEEDUP = 1.5
+TARGET_SOAK_RATIO = 0.95
+TARGET_RSS_GROWTH_PCT = 5.0
+# At the configured interval the evaluator costs collection under 2 %: below the 2-6 %
+# by which two identical training runs of this bench differ on a 2-core box.
+TARGET_EVALUATOR_RATIO = 0.98
+
+
+@dataclass(frozen=True)
+class FigureSpec:
+    """How one figure is printed: table label, format, meaning, and target if it has one."""
+
+    label: str
+    fmt: str
+    meaning: str
+    target: tuple[str, float] | None = None  # (">=" or "<=", threshold)
+
+
+def _spec(label: str, fmt: str, meaning: str, target: tuple[str, float] | None = None) -> FigureSpec:
+    return FigureSpec(label, fmt, meaning, target)
+
+
+# One entry per phase of pipeline.run.monitor.COLLECTOR_PHASES, plus "other" (the rest of
+# the wall time); a test checks that they still match.
+PHASE_MEANING = {
+    "emulate": "% of wall time in the emulator (env.step minus preprocessing)",
+    "preprocess": "% of wall time in grayscale + resize",
+    "infer": "% of wall time evaluating the Q-network (CPU, 1 thread)",
+    "write": "% of wall time writing records into the ring",
+    "stall": "% of wall time waiting for a full ring",
+    "other": "% of wall time in none of the above (loop, counters, resets)",
+}
+
+FIGURES: dict[str, dict[str, FigureSpec]] = {
+    "raw": {
+        "raw_frames_per_s": _spec(
+            "bare emulator frames/s", "{:,.0f}", "1 process, MarioEnv, 1 NES frame per step, random actions"
+        ),
+        "wrapped_frames_per_s": _spec(
+            "wrapped env frames/s", "{:,.0f}", "1 process, make_env stack (frame skip, grayscale, resize, limits)"
+        ),
+        "wrapped_steps_per_s": _spec(
+            "wrapped env agent steps/s", "{:,.1f}", "agent steps (1 step = frame_skip frames)"
+        ),
+        "wrapper_efficiency": _spec("wrapped / bare frames", "{:.3f}", "emulator speed left after the wrappers"),
+    },
+    "collector": {
+        "collector_frames_per_s": _spec(
+            "collector frames/s", "{:,.0f}", "1 real collector, epsilon 0 (network on every step), ring + consolidator"
+        ),
+        "collector_steps_per_s": _spec("collector agent steps/s", "{:,.1f}", "agent steps of that collector"),
+        "wrapped_before_frames_per_s": _spec(
+            "wrapped env frames/s, before", "{:,.0f}", "1 wrapped-env process just before"
+        ),
+        "wrapped_after_frames_per_s": _spec(
+            "wrapped env frames/s, after", "{:,.0f}", "1 wrapped-env process just after"
+        ),
+        "collector_efficiency": _spec(
+            "collector efficiency", "{:.3f}", "collector / mean(wrapped before, after)", (">=", TARGET_EFFICIENCY)
+        ),
+        "env_share": _spec("collector env share", "{:.3f}", "(emulate + preprocess) / wall time of the collector"),
+        **{f"{name}_pct": _spec(f"collector {name} %", "{:.1f}", meaning) for name, meaning in PHASE_MEANING.items()},
+        "infer_ms_per_step": _spec("inference ms/step", "{:.2f}", "Q-network forward per agent step"),
+        "collector_cpu_pct": _spec("collector CPU %", "{:.0f}", "of one core"),
+        "learner_cpu_pct": _spec("learner CPU %", "{:.0f}", "consolidator process, of one core"),
+    },
+    "pipeline": {
+        "collectors": _spec("collectors", "{:.0f}", "NUM_PROCESSES"),
+        "epsilon": _spec("epsilon", "{:.2f}", "fixed exploration (network runs on 1 - epsilon of steps)"),
+        "pipeline_frames_per_s": _spec("pipeline frames/s", "{:,.0f}", "all collectors, learner draining"),
+        "pipeline_steps_per_s": _spec("pipeline agent steps/s", "{:,.1f}", "all collectors"),
+        "wrapped_before_frames_per_s": _spec(
+            "wrapped env frames/s, before", "{:,.0f}", "NUM_PROCESSES wrapped-env processes at once, just before"
+        ),
+        "wrapped_after_frames_per_s": _spec("wrapped env frames/s, after", "{:,.0f}", "the same, just after"),
+        "pipeline_efficiency": _spec(
+            "pipeline efficiency", "{:.3f}", "pipeline / mean(wrapped before, after)", (">=", TARGET_EFFICIENCY)
+        ),
+        "env_share": _spec("collector env share", "{:.3f}", "(emulate + preprocess) / wall, mean per collector"),
+        **{
+            f"{name}_pct": _spec(f"collector {name} %", "{:.1f}", meaning + ", mean per collector")
+            for name, meaning in PHASE_MEANING.items()
+        },
+        "collectors_cpu_pct": _spec("collectors CPU %", "{:.0f}", "sum over collectors (100 = one core)"),
+        "learner_cpu_pct": _spec("learner CPU %", "{:.0f}", "consolidator process"),
+    },
+    "consolidator": {
+        "records_per_s": _spec(
+            "records/s", "{:,.0f}", "drained into replay from flooding producers", (">=", TARGET_RECORDS_PER_S)
+        ),
+        "mb_per_s": _spec("MB/s", "{:,.0f}", "record bytes per second"),
+        "producers": _spec("producers", "{:.0f}", "flooding producer processes"),
+        "stall_pct": _spec("producer stall %", "{:.1f}", "producers waiting on a full ring"),
+    },
+    "learner": {
+        "threads": _spec("torch threads", "{:.0f}", "the learner's intra-op threads in training"),
+        "batch_size": _spec("batch size", "{:.0f}", "samples per update"),
+        **{
+            f"{v}_updates_per_s": _spec(
+                f"{v.replace('_', '+')} updates/s", "{:,.1f}", "Learner.update only, after warm-up"
+            )
+            for v in ("eager", "eager_amp", "compiled", "compiled_amp")
+        },
+        **{
+            f"{v}_samples_per_s": _spec(f"{v.replace('_', '+')} samples/s", "{:,.0f}", "updates/s x batch size")
+            for v in ("eager", "eager_amp", "compiled", "compiled_amp")
+        },
+        **{
+            f"{v}_warmup_s": _spec(f"{v.replace('_', '+')} warm-up s", "{:.1f}", "compile (if any) + 3 warm-up updates")
+            for v in ("eager", "eager_amp", "compiled", "compiled_amp")
+        },
+        "compiled_speedup": _spec("compiled / eager", "{:.2f}", "updates/s ratio, fp32"),
+        "amp_speedup": _spec("eager+AMP / eager", "{:.2f}", "updates/s ratio, no compile"),
+        "compiled_amp_speedup": _spec(
+            "compiled+AMP / eager", "{:.2f}", "updates/s ratio (the configured learner)", (">=", TARGET_AMP_SPEEDUP)
+        ),
+    },
+    "training": {
+        "frames_per_s": _spec("frames/s", "{:,.0f}", "emulator frames collected while training"),
+        "steps_per_s": _spec("agent steps/s", "{:,.1f}", "agent steps collected while training"),
+        "updates_per_s": _spec("updates/s", "{:,.1f}", "learner updates"),
+        "samples_per_s": _spec("samples/s", "{:,.0f}", "updates/s x batch size"),
+        "replay_ratio": _spec("replay ratio", "{:.2f}", "samples drawn / transitions inserted in the window"),
+        "replay_ratio_target": _spec("configured replay ratio", "{:.2f}", "REPLAY_RATIO the limiter holds"),
+        "collectors_cpu_pct": _spec("collectors CPU %", "{:.0f}", "sum over collectors (100 = one core)"),
+        "learner_cpu_pct": _spec("learner CPU %", "{:.0f}", "learner process (all its threads)"),
+        "machine_cpu_pct": _spec("machine CPU %", "{:.0f}", "collectors + learner, of all cores (100 = every core)"),
+        **{
+            f"learner_{name}_pct": _spec(f"learner {name} %", "{:.1f}", f"% of learner wall time in {name}")
+            for name in LEARNER_PHASES
+        },
+        **{
+            f"{name}_pct": _spec(f"collector {name} %", "{:.1f}", meaning + ", mean per collector")
+            for name, meaning in PHASE_MEANING.items()
+        },
+    },
+    "startup": {
+        "compile_s": _spec("compile + warm-up s", "{:.1f}", "before the collectors start"),
+        "first_transition_s": _spec("first transition s", "{:.1f}", "collectors started -> first record in replay"),
+        "first_update_s": _spec(
+            "first update s", "{:.1f}", "collectors started -> first update (learning_starts below)"
+        ),
+        "learning_starts": _spec("learning_starts", "{:,.0f}", "transitions before the first update (bench setting)"),
+    },
+    "evaluator": {
+        "frames_per_s_without": _spec(
+            "frames/s without evaluator", "{:,.0f}", "training, mean of the runs before and after"
+        ),
+        "frames_per_s_with": _spec("frames/s with evaluator", "{:,.0f}", "training, evaluator evaluating back to back"),
+        "frames_ratio": _spec("frames/s with / without", "{:.3f}", "worst case: evaluating back to back"),
+        "updates_ratio": _spec("updates/s with / without", "{:.3f}", "worst case: evaluating back to back"),
+        "evaluations": _spec("evaluations in the window", "{:.0f}", "finished while measuring"),
+        "evaluator_cpu_pct": _spec("evaluator CPU %", "{:.0f}", "of one core, niced (+10)"),
+        "wall_s_per_evaluation": _spec(
+            "wall s per evaluation", "{:.1f}", "mean over the run's evaluations (eval_episodes episodes each)"
+        ),
+        "cpu_s_per_evaluation": _spec("CPU s per evaluation", "{:.1f}", "mean over the run's evaluations"),
+        "eval_interval_s": _spec("configured eval interval s", "{:.0f}", "eval_interval_s of the preset"),
+        "busy_share_at_interval": _spec(
+            "evaluator busy share at that interval", "{:.3f}", "wall s per evaluation / interval"
+        ),
+        "frames_ratio_at_interval": _spec(
+            "frames/s ratio at that interval",
+            "{:.4f}",
+            "1 - (1 - worst-case ratio) x busy share",
+            (">=", TARGET_EVALUATOR_RATIO),
+        ),
+        "machine_pct_at_interval": _spec(
+            "machine CPU % at that interval", "{:.2f}", "CPU s per evaluation / interval / cores"
+        ),
+    },
+    "soak": {
+        "minutes": _spec("minutes", "{:.1f}", "soak length"),
+        "replay_capacity": _spec("replay capacity", "{:,.0f}", "small so that it fills early"),
+        "replay_full_s": _spec("replay full at s", "{:.0f}", "warm-up ends: replay full and training"),
+        "frames_per_s_first": _spec("frames/s, first minute", "{:,.0f}", "first full minute after the replay is full"),
+        "frames_per_s_last": _spec("frames/s, last minute", "{:,.0f}", "last full minute"),
+        "frames_ratio": _spec(
+            "frames/s last / first", "{:.3f}", "collection does not slow down", (">=", TARGET_SOAK_RATIO)
+        ),
+        "updates_per_s_first": _spec(
+            "updates/s, first minute", "{:,.1f}", "first full minute after the replay is full"
+        ),
+        "updates_per_s_last": _spec("updates/s, last minute", "{:,.1f}", "last full minute"),
+        "updates_ratio": _spec(
+            "updates/s last / first", "{:.3f}", "training does not slow down", (">=", TARGET_SOAK_RATIO)
+        ),
+        "rss_full_mb": _spec("learner RSS at full, MB", "{:,.0f}", "when the replay became full"),
+        "rss_end_mb": _spec("learner RSS at end, MB", "{:,.0f}", "at the last monitor tick"),
+        "rss_growth_pct": _spec(
+            "learner RSS growth %", "{:.1f}", "after the replay is full", ("<=", TARGET_RSS_GROWTH_PCT)
+        ),
+        "collectors_rss_full_mb": _spec(
+            "collectors RSS at full, MB", "{:,.0f}", "sum over collectors when the replay became full"
+        ),
+        "collectors_rss_end_mb": _spec("collectors RSS at end, MB", "{:,.0f}", "at the last monitor tick"),
+        "collectors_rss_growth_pct": _spec(
+            "collectors RSS growth %", "{:.1f}", "after the replay is full", ("<=", TARGET_RSS_GROWTH_PCT)
+        ),
+    },
+}
+
+
+def target_met(spec: FigureSpec, value: float) -> bool | None:
+    """Whether ``value`` meets ``spec``'s target; None without a target or a number to judge."""
+    if spec.target is None or not isinstance(value, (int, float)) or math.isnan(value):
+        return None
+    op, threshold = spec.target
+    return value >= threshold if op == ">=" else value <= threshold

@@ -1,0 +1,201 @@
+"""Learner speed: updates/s of ``Learner.update`` alone, for each compile/AMP variant.
+
+The learner part's measurement. In a spawned process with the training thread count,
+every variant is built and warmed up on batches pre-sampled from a replay memory of
+synthetic episodes, then the variants are timed in interleaved rounds, so that machine
+load drifting during the measurement hits every variant alike. :func:`learner_spec`
+says what to measure; :func:`time_learners` measures it in a child process.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from multiprocessing.connection import Connection
+from typing import TYPE_CHECKING, Any
+
+from pipeline.bench.child import ChildExited, ChildTimeout, run_in_child
+
+if TYPE_CHECKING:  # torch and the replay are imported in the child only
+    import torch
+
+    from config import Config
+    from pipeline.learning.replay import ReplayMemory
+
+LEARNER_VARIANTS: dict[str, tuple[bool, bool]] = {  # name -> (compile, amp)
+    "eager": (False, False),
+    "eager_amp": (False, True),
+    "compiled": (True, False),
+    "compiled_amp": (True, True),
+}
+LEARNER_REPLAY_CAPACITY = 8_192
+# Building, compiling and warming up every variant before the timed rounds; on top of it
+# a minute per variant.
+LEARNER_START_ALLOWANCE_S = 900.0
+
+
+def learner_spec(cfg: Config, device: torch.device, *, quick: bool, seconds: float) -> dict[str, Any]:
+    """What the learner child measures (plain data: it is pickled to the child).
+
+    ``--quick`` times only eager and compiled+AMP, in 2 rounds instead of 4.
+    """
+    import envs
+
+    variants = ["eager", "compiled_amp"] if quick else list(LEARNER_VARIANTS)
+    rounds = 2 if quick else 4
+    per_variant = max(2.0, seconds / 2)
+    return {
+        "variants": variants,
+        "rounds": rounds,
+        "round_s": per_variant / rounds,
+        "seconds_per_variant": per_variant,
+        # The threads the learner has in training: the cores the collectors leave it.
+        "threads": cfg.learner_threads or max(1, (os.cpu_count() or 1) - cfg.num_processes),
+        "device": str(device),
+        "replay_device": str(device if cfg.replay_device == "auto" else _resolve_device(cfg.replay_device)),
+        "batch_size": cfg.batch_size,
+        "num_actions": envs.num_actions(cfg.env_id, cfg.action_set),
+        "streams": max(1, cfg.num_processes),
+        "capacity": min(cfg.replay_capacity, LEARNER_REPLAY_CAPACITY),
+        "frame_stack": cfg.frame_stack,
+        "n_step": cfg.n_step,
+        "gamma": cfg.gamma,
+        "seed": cfg.seed,
+        "settings": dict(
+            learning_rate=cfg.learning_rate,
+            adam_eps=cfg.adam_eps,
+            gamma=cfg.gamma,
+            grad_clip=cfg.grad_clip,
+            grad_accum=cfg.grad_accum,
+            target_sync_updates=cfg.target_sync_updates,
+            dueling=cfg.dueling,
+            frame_stack=cfg.frame_stack,
+        ),
+    }
+
+
+def _resolve_device(name: str) -> torch.device:
+    from pipeline.run.trainer import resolve_device
+
+    return resolve_device(name)
+
+
+def time_learners(spec: dict[str, Any]) -> dict[str, float]:
+    """Run :func:`_measure_learners` in a spawned process; its figures.
+
+    Raises :class:`~pipeline.bench.child.ChildError` (with the child's traceback) if the
+    measurement failed, RuntimeError if the process died or overran.
+    """
+    limit = LEARNER_START_ALLOWANCE_S + len(spec["variants"]) * (spec["seconds_per_variant"] + 60)
+    try:
+        return run_in_child(_learner_worker, (spec,), name="bench-learner", timeout_s=limit)
+    except ChildTimeout:
+        raise RuntimeError(f"learner benchmark did not finish in {limit:.0f} s") from None
+    except ChildExited as exc:
+        raise RuntimeError(f"learner benchmark process died (exit code {exc.exitcode})") from None
+
+
+def _learner_worker(conn: Connection, spec: dict[str, Any]) -> None:
+    """Spawn target: time ``Learner.update`` for each variant, interleaved in rounds."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when we stop
+    conn.send(_measure_learners(spec))
+
+
+def _synthetic_replay(spec: dict[str, Any], device: torch.device) -> ReplayMemory:
+    """A replay memory full of random 200-step episodes, one stream per collector."""
+    import numpy as np
+
+    from pipeline.learning.replay import ReplayMemory
+    from pipeline.transport.records import FLAG_FINAL, FLAG_START, FLAG_TERMINATED, RECORD_DTYPE
+
+    streams = spec["streams"]
+    memory = ReplayMemory(
+        spec["capacity"],
+        streams,
+        frame_stack=spec["frame_stack"],
+        n_step=spec["n_step"],
+        gamma=spec["gamma"],
+        device=device,
+        seed=spec["seed"],
+    )
+    rng = np.random.default_rng(spec["seed"])
+    per = memory.capacity_per_stream
+    episode = 200  # 199 steps, then the FINAL record
+    for stream in range(streams):
+        records = np.zeros(per, RECORD_DTYPE)
+        records["frame"] = rng.integers(0, 256, (per, 84, 84), dtype=np.uint8)
+        records["action"] = rng.integers(0, spec["num_actions"], per)
+        records["reward"] = rng.standard_normal(per).astype(np.float32)
+        position = np.arange(per) % episode
+        records["flags"] = np.where(position == 0, FLAG_START, 0)
+        records["flags"] |= np.where(position == episode - 2, FLAG_TERMINATED, 0).astype(np.uint8)
+        records["flags"] |= np.where(position == episode - 1, FLAG_FINAL, 0).astype(np.uint8)
+        memory.add(stream, records)
+    return memory
+
+
+def _measure_learners(spec: dict[str, Any]) -> dict[str, float]:
+    """Warm every variant up, then time them in rounds; updates/s, samples/s and speed-ups."""
+    import torch
+
+    from pipeline.learning.learner import Learner, LearnerSettings
+
+    torch.set_num_threads(spec["threads"])
+    torch.manual_seed(spec["seed"])
+    device = torch.device(spec["device"])
+    replay = _synthetic_replay(spec, torch.device(spec["replay_device"]))
+    batch_size = spec["batch_size"]
+    batches = [replay.sample(batch_size) for _ in range(16)]
+
+    def sync() -> None:
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+
+    learners: dict[str, Learner] = {}
+    out: dict[str, float] = {}
+    for name in spec["variants"]:
+        compile_, amp = LEARNER_VARIANTS[name]
+        settings = LearnerSettings(**{**spec["settings"], "compile": compile_, "amp": amp, "device": str(device)})
+        learner = Learner(spec["num_actions"], settings)
+        out[f"{name}_warmup_s"] = learner.warmup(batch_size)
+        for batch in batches[:2]:  # the real batch types once, untimed
+            learner.update(batch)
+        sync()
+        if compile_ and not learner.compiled:
+            out[f"{name}_compile_failed"] = 1.0
+        learners[name] = learner
+    elapsed = dict.fromkeys(learners, 0.0)
+    updates = dict.fromkeys(learners, 0)
+    for round_ in range(spec["rounds"]):
+        order = list(learners) if round_ % 2 == 0 else list(reversed(learners))  # no variant always first
+        for name in order:
+            learner = learners[name]
+            learner.update(batches[0])  # back in cache after the other variants
+            sync()
+            start = time.perf_counter()
+            deadline = start + spec["round_s"]
+            n = 0
+            while True:
+                learner.update(batches[n % len(batches)])
+                n += 1
+                if n % 4 == 0:
+                    sync()
+                    if time.perf_counter() >= deadline:
+                        break
+            elapsed[name] += time.perf_counter() - start
+            updates[name] += n
+    for name in learners:
+        rate = updates[name] / elapsed[name]
+        out[f"{name}_updates_per_s"] = rate
+        out[f"{name}_samples_per_s"] = rate * batch_size
+    eager = out.get("eager_updates_per_s")
+    if eager:
+        for name, key in (
+            ("compiled", "compiled_speedup"),
+            ("eager_amp", "amp_speedup"),
+            ("compiled_amp", "compiled_amp_speedup"),
+        ):
+            if f"{name}_updates_per_s" in out:
+                out[key] = out[f"{name}_updates_per_s"] / eager
+    return out

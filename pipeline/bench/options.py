@@ -1,0 +1,152 @@
+"""The bench's command line: its flags, the parts it knows, and the resolved configuration.
+
+:func:`parse_options` turns ``argv`` into :class:`BenchOptions` (what to run, for how
+long, where to write) and the resolved :mod:`config` the parts measure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pipeline.common.errors import OneLineParser, UserError
+
+PARTS: tuple[str, ...] = (
+    "raw",
+    "collector",
+    "pipeline",
+    "consolidator",
+    "learner",
+    "training",
+    "startup",
+    "evaluator",
+    "soak",
+)
+DEFAULT_PARTS: tuple[str, ...] = PARTS[:-1]  # soak only when asked: it runs for minutes
+DEFAULT_ENV = "SuperMarioBros-1-1-v0"
+DEFAULT_SECONDS = 20.0
+QUICK_SECONDS = 5.0
+DEFAULT_SOAK_MINUTES = 10.0
+
+
+def _number(kind: type, minimum: float, what: str) -> Callable[[str], Any]:
+    """An argparse ``type``: ``kind(text)`` at least ``minimum`` and finite, else a one-line error."""
+
+    def parse(text: str) -> Any:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
+        if not value >= minimum or (isinstance(value, float) and math.isinf(value)):
+            raise argparse.ArgumentTypeError(f"expected {what} >= {minimum:g}, got {text!r}")
+        return value
+
+    return parse
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The bench's flags; errors are one-line :class:`UserError` (a :class:`OneLineParser`)."""
+    from config import PRESET_NAMES
+
+    parser = OneLineParser(
+        prog="main.py bench",
+        description="Measure the training system; every headline is a ratio measured side by side in one run.",
+    )
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="short parts and fewer learner variants (the suite in ~2 minutes; a CI smoke run)",
+    )
+    parser.add_argument("--json", metavar="PATH", help="also write the results as JSON to PATH")
+    parser.add_argument("--only", metavar="NAME", help=f"run only these parts (comma-separated): {', '.join(PARTS)}")
+    parser.add_argument(
+        "--soak",
+        metavar="MINUTES",
+        type=_number(float, 0.5, "minutes"),
+        help=f"add the soak part, MINUTES long (default {DEFAULT_SOAK_MINUTES:g} with --only soak)",
+    )
+    parser.add_argument(
+        "--seconds",
+        metavar="S",
+        type=_number(float, 1.0, "seconds"),
+        help=f"measured seconds per part (default {DEFAULT_SECONDS:g}, {QUICK_SECONDS:g} with --quick)",
+    )
+    parser.add_argument("--preset", choices=PRESET_NAMES, help="hardware preset (default: PRESET in config.py)")
+    parser.add_argument(
+        "--num-processes",
+        metavar="N",
+        type=_number(int, 1, "a whole number"),
+        help="collector processes of the pipeline, training and soak parts (default: the config's, at least 2)",
+    )
+    parser.add_argument("--env", dest="env_id", metavar="ID", help=f"environment id (default {DEFAULT_ENV})")
+    parser.add_argument("--device", choices=("cpu", "cuda", "auto"), help="learner device")
+    parser.add_argument(
+        "--keep-runs", metavar="DIR", help="keep the run directories (metrics.csv, summary.json, logs) under DIR"
+    )
+    return parser
+
+
+@dataclass
+class BenchOptions:
+    """What to run and where its output goes (the configuration is resolved separately)."""
+
+    parts: tuple[str, ...]
+    quick: bool
+    seconds: float
+    soak_minutes: float
+    json_path: Path | None
+    keep_runs: Path | None
+
+
+def parse_options(argv: Sequence[str]) -> tuple[BenchOptions, Any]:
+    """Parse the command line; returns the options and the resolved configuration."""
+    from config import ConfigError, resolve_config
+
+    args = build_parser().parse_args(list(argv))
+    if args.only:
+        parts = tuple(dict.fromkeys(p.strip() for p in args.only.split(",") if p.strip()))
+        unknown = [p for p in parts if p not in PARTS]
+        if unknown or not parts:
+            raise UserError(
+                f"bench: --only {args.only!r}: unknown part(s) {', '.join(unknown) or '(none)'}; "
+                f"choose from {', '.join(PARTS)}"
+            )
+    else:
+        parts = DEFAULT_PARTS + (("soak",) if args.soak is not None else ())
+    json_path = Path(args.json) if args.json else None
+    if json_path is not None and not json_path.parent.exists():
+        raise UserError(f"bench: --json {args.json}: directory {json_path.parent} does not exist")
+    keep = Path(args.keep_runs) if args.keep_runs else None
+    seconds = args.seconds if args.seconds is not None else (QUICK_SECONDS if args.quick else DEFAULT_SECONDS)
+    options = BenchOptions(
+        parts=parts,
+        quick=args.quick,
+        seconds=float(seconds),
+        soak_minutes=float(args.soak if args.soak is not None else DEFAULT_SOAK_MINUTES),
+        json_path=json_path,
+        keep_runs=keep,
+    )
+    cli: dict[str, Any] = {
+        "env_id": args.env_id or DEFAULT_ENV,
+        "num_processes": args.num_processes,
+        "device": args.device,
+        "monitor": "off",
+    }
+    try:
+        resolved = resolve_config(cli, preset=args.preset)
+        # A pipeline of one collector is the collector part again: unless the user chose
+        # the count, the multi-collector parts use at least two.
+        if (
+            resolved.sources["num_processes"] not in ("command line", "config.py knob")
+            and resolved.config.num_processes < 2
+        ):
+            cli["num_processes"] = 2
+            resolved = resolve_config(cli, preset=args.preset)
+            resolved.sources["num_processes"] = "bench (at least 2 collectors)"
+    except ConfigError as exc:
+        raise UserError(str(exc)) from None
+    return options, resolved

@@ -1,0 +1,228 @@
+"""The suite's training parts: learner, training, startup, evaluator and soak.
+
+What training costs and how it holds up: ``Learner.update`` alone per compile/AMP
+variant (``learner``, timed by :mod:`~pipeline.bench.learner_speed`); the whole system
+training (``training``; ``startup`` reads the same run's start-up times); the
+in-training evaluator's cost, a run with it between two runs without (``evaluator``);
+and a long run once the replay is full (``soak``, figures by :mod:`~pipeline.bench.soak`).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from typing import Any
+
+from pipeline.bench.child import ChildError
+from pipeline.bench.figures import FIGURES, PHASE_MEANING
+from pipeline.bench.learner_speed import learner_spec, time_learners
+from pipeline.bench.soak import soak_details, soak_figures
+from pipeline.bench.suite_base import PartResult, SuiteBase, log
+from pipeline.bench.trainer_run import TRAINER_START_ALLOWANCE_S, run_trainer, window_figures
+from pipeline.common.errors import UserError
+from pipeline.run.monitor import LEARNER_PHASES
+
+EVALUATOR_BACK_TO_BACK_S = 0.001  # eval_interval_s of the evaluator part's middle run
+# The niced evaluator gets ~10 % of a core on a busy 2-core box: its runs need a window
+# long enough for evaluations to finish in it.
+EVALUATOR_MIN_WINDOW_S = 45.0
+SOAK_REPLAY_CAPACITY = 3_000  # fills within about a minute on a loaded 2-core CPU box
+
+
+class TrainingParts(SuiteBase):
+    """The ``learner``, ``training``, ``startup``, ``evaluator`` and ``soak`` parts."""
+
+    def part_learner(self, result: PartResult) -> None:
+        from pipeline.run.trainer import TrainingError, resolve_device
+
+        cfg = self.cfg
+        try:
+            device = resolve_device(cfg.device)
+        except TrainingError as exc:  # no CUDA
+            raise UserError(str(exc)) from None
+        spec = learner_spec(cfg, device, quick=self.options.quick, seconds=self.seconds)
+        try:
+            out = time_learners(spec)
+        except ChildError as exc:
+            result.details["traceback"] = exc.traceback
+            raise RuntimeError("learner benchmark failed: " + exc.last_line) from None
+        result.figures.update({"threads": float(spec["threads"]), "batch_size": float(cfg.batch_size)})
+        result.figures.update({k: v for k, v in out.items() if k in FIGURES["learner"]})
+        result.details.update(
+            {
+                "device": str(device),
+                "variants": spec["variants"],
+                "rounds": spec["rounds"],
+                "seconds_per_variant": spec["seconds_per_variant"],
+                **{k: v for k, v in out.items() if k not in FIGURES["learner"]},
+            }
+        )
+
+    def _learning_starts(self, capacity: int) -> int:
+        wanted = 500 if self.options.quick else 2_000
+        return max(self.cfg.batch_size * 4, min(wanted, self.cfg.learning_starts, capacity // 2))
+
+    def _training_window(
+        self, name: str, eval_interval_s: float = 0.0, window_s: float | None = None
+    ) -> dict[str, Any]:
+        """One whole-system training run, measured for ``window_s`` (default ``--seconds``)
+        from 2 s after the first update (with an evaluator: and its first evaluation).
+
+        No evaluator unless ``eval_interval_s > 0`` (the evaluator part compares both).
+        """
+        window_s = self.seconds if window_s is None else window_s
+        capacity = self.cfg.replay_capacity
+        cfg = self.part_config(
+            name,
+            learning_starts=self._learning_starts(capacity),
+            monitor_interval_s=1.0,
+            eval_interval_s=eval_interval_s,
+        )
+        ready = "evaluating" if eval_interval_s > 0 else "training"
+        run = run_trainer(
+            cfg,
+            name,
+            sources=self.resolved.sources,
+            train=True,
+            throttle=True,
+            window_s=window_s,
+            warmup_s=2.0,
+            ready=ready,
+            time_limit_s=TRAINER_START_ALLOWANCE_S + window_s + 30,
+        )
+        summary = run.summary
+        return {
+            "window": window_figures(run.snaps, run.window[0], run.window[-1]),
+            "startup": summary.get("startup_s", run.startup),
+            "learning_starts": cfg.learning_starts,
+            "replay_ratio": cfg.replay_ratio,
+            "batch_size": cfg.batch_size,
+            "compiled": summary.get("compiled"),
+            "amp_dtype": summary.get("amp_dtype"),
+            "collectors": cfg.num_processes,
+        }
+
+    def _train_run(self) -> dict[str, Any]:
+        """The training part's run (shared with the startup and evaluator parts)."""
+        if self._training is None:
+            self._training = self._training_window("training")
+        return self._training
+
+    def part_training(self, result: PartResult) -> None:
+        run = self._train_run()
+        w = run["window"]
+        f = result.figures
+        for key in (
+            "frames_per_s",
+            "steps_per_s",
+            "updates_per_s",
+            "samples_per_s",
+            "replay_ratio",
+            "collectors_cpu_pct",
+            "learner_cpu_pct",
+        ):
+            f[key] = w[key]
+        f["replay_ratio_target"] = run["replay_ratio"]
+        # CPU % counts 100 per core; the machine's share divides by its cores.
+        f["machine_cpu_pct"] = (w["collectors_cpu_pct"] + w["learner_cpu_pct"]) / (os.cpu_count() or 1)
+        for name in LEARNER_PHASES:
+            f[f"learner_{name}_pct"] = w[f"learner_{name}_pct"]
+        for name in PHASE_MEANING:
+            f[f"{name}_pct"] = w[f"{name}_pct"]
+        result.details.update(
+            {k: run[k] for k in ("learning_starts", "batch_size", "compiled", "amp_dtype", "collectors")}
+        )
+        result.details["window_s"] = w["window_s"]
+
+    def part_startup(self, result: PartResult) -> None:
+        run = self._train_run()
+        startup = run["startup"]
+        f = result.figures
+        f["compile_s"] = float(startup.get("compile+warm-up", float("nan")))
+        f["first_transition_s"] = float(startup.get("first transition", float("nan")))
+        f["first_update_s"] = float(startup.get("first update", float("nan")))
+        f["learning_starts"] = float(run["learning_starts"])
+
+    def part_evaluator(self, result: PartResult) -> None:
+        seconds = self.seconds if self.options.quick else max(self.seconds, EVALUATOR_MIN_WINDOW_S)
+        before = self._training_window("no-evaluator", window_s=seconds)["window"]
+        with_evaluator = self._training_window("evaluator", eval_interval_s=EVALUATOR_BACK_TO_BACK_S, window_s=seconds)[
+            "window"
+        ]
+        after = self._training_window("no-evaluator-again", window_s=seconds)["window"]
+        f = result.figures
+        f["frames_per_s_without"] = (before["frames_per_s"] + after["frames_per_s"]) / 2
+        f["frames_per_s_with"] = with_evaluator["frames_per_s"]
+        f["frames_ratio"] = f["frames_per_s_with"] / f["frames_per_s_without"]
+        f["updates_ratio"] = with_evaluator["updates_per_s"] / ((before["updates_per_s"] + after["updates_per_s"]) / 2)
+        f["evaluations"] = with_evaluator["evaluations"]
+        f["evaluator_cpu_pct"] = with_evaluator["evaluator_cpu_pct"]
+        # Per evaluation, as the evaluator timed them: every evaluation of the run (the window
+        # opens after the first, so there is at least one), not only those inside the window.
+        done = with_evaluator["evaluations_run"]
+        nan = float("nan")
+        f["wall_s_per_evaluation"] = with_evaluator["eval_wall_s_total"] / done if done else nan
+        f["cpu_s_per_evaluation"] = with_evaluator["eval_cpu_s_total"] / done if done else nan
+        # At the configured interval the evaluator is busy for one evaluation's wall time
+        # per interval and idle (asleep) otherwise, so it costs that fraction of the
+        # back-to-back slowdown.
+        interval = self.cfg.eval_interval_s
+        f["eval_interval_s"] = interval
+        if interval > 0 and done:
+            f["busy_share_at_interval"] = min(1.0, f["wall_s_per_evaluation"] / interval)
+            f["frames_ratio_at_interval"] = 1.0 - (1.0 - f["frames_ratio"]) * f["busy_share_at_interval"]
+            f["machine_pct_at_interval"] = 100.0 * f["cpu_s_per_evaluation"] / interval / (os.cpu_count() or 1)
+        result.details.update(
+            {
+                "frames_per_s": {
+                    "before": before["frames_per_s"],
+                    "with": with_evaluator["frames_per_s"],
+                    "after": after["frames_per_s"],
+                },
+                "updates_per_s": {
+                    "before": before["updates_per_s"],
+                    "with": with_evaluator["updates_per_s"],
+                    "after": after["updates_per_s"],
+                },
+                "eval_episodes": self.cfg.eval_episodes,
+                "eval_max_steps": self.cfg.eval_max_steps,
+                "window_s": with_evaluator["window_s"],
+            }
+        )
+        result.details["evaluations_in_run"] = done
+
+    def part_soak(self, result: PartResult) -> None:
+        minutes = self.options.soak_minutes
+        n = self.cfg.num_processes
+        capacity = max(64 * n, self.cfg.batch_size, min(self.cfg.replay_capacity, SOAK_REPLAY_CAPACITY))
+        capacity -= capacity % n  # so "full" is exactly capacity
+        cfg = self.part_config(
+            "soak",
+            replay_capacity=capacity,
+            learning_starts=max(self.cfg.batch_size * 4, min(1_000, capacity // 4)),
+            monitor_interval_s=min(5.0, self.cfg.monitor_interval_s),
+            checkpoint_interval_s=self.cfg.checkpoint_interval_s,  # as in a real run
+            # No evaluator: its evaluations every few minutes would make the
+            # minutes unequal (the first ones come before its first evaluation);
+            # what it costs is the evaluator part's figure.
+            eval_interval_s=0.0,
+        )
+        run = run_trainer(
+            cfg,
+            "soak",
+            sources=self.resolved.sources,
+            train=True,
+            throttle=True,
+            window_s=float("inf"),
+            warmup_s=0.0,
+            ready="training",
+            time_limit_s=minutes * 60.0,
+        )
+        result.figures.update(soak_figures(run.snaps, capacity, minutes))
+        result.details.update(soak_details(run.snaps))
+        if math.isnan(result.figures.get("frames_ratio", math.nan)):
+            result.details["note"] = (
+                "the minute ratios need two full minutes after the replay is full; use a longer --soak"
+            )
+            log(f"soak: {result.details['note']}")
+        result.details["learning_starts"] = cfg.learning_starts

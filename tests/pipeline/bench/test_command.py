@@ -1,0 +1,79 @@
+"""The benchmark command: smoke runs of its cheap parts, its errors, and part selection.
+
+No timing thresholds here: figures depend on the machine and its load. These check that
+the suite runs real processes end to end and reports every figure it promises.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from pipeline.bench import bench_command
+from pipeline.bench.figures import TARGET_RECORDS_PER_S
+from pipeline.bench.options import DEFAULT_PARTS, DEFAULT_SOAK_MINUTES, QUICK_SECONDS, parse_options
+from pipeline.common.errors import UserError
+
+
+def _figures(path, part):
+    data = json.loads(path.read_text())
+    assert data["parts"][part]["error"] is None, data["parts"][part]
+    return data, data["parts"][part]["figures"]
+
+
+def test_quick_raw_part_reports_positive_frames_and_steps(tmp_path, capsys):
+    out = tmp_path / "bench.json"
+    assert bench_command(["--quick", "--only", "raw", "--seconds", "2", "--json", str(out)]) == 0
+    data, figures = _figures(out, "raw")
+    for key in ("raw_frames_per_s", "wrapped_frames_per_s", "wrapped_steps_per_s", "wrapper_efficiency"):
+        assert figures[key] > 0, key
+    # Frames and agent steps are counted separately: one step is frame_skip frames.
+    frame_skip = data["config"]["frame_skip"]
+    assert figures["wrapped_frames_per_s"] == pytest.approx(frame_skip * figures["wrapped_steps_per_s"])
+    assert data["quick"] is True and list(data["parts"]) == ["raw"]
+    assert data["config"]["env_id"] == "SuperMarioBros-1-1-v0"
+    printed = capsys.readouterr().out  # one plain table (stdout is not a terminal here)
+    assert "bare emulator frames/s" in printed and "wrapped env frames/s" in printed
+
+
+def test_quick_consolidator_part_reports_records_and_target(tmp_path):
+    out = tmp_path / "bench.json"
+    assert bench_command(["--quick", "--only", "consolidator", "--seconds", "2", "--json", str(out)]) == 0
+    data, figures = _figures(out, "consolidator")
+    assert figures["records_per_s"] > 0 and figures["mb_per_s"] > 0 and figures["producers"] >= 1
+    (target,) = [t for t in data["targets"] if t["figure"] == "records_per_s"]
+    assert target["op"] == ">=" and target["threshold"] == TARGET_RECORDS_PER_S
+    assert target["met"] in (True, False)
+
+
+@pytest.mark.parametrize(
+    ("argv", "fragment"),
+    [
+        (["--only", "warp"], "unknown part(s) warp"),
+        (["--seconds", "0"], "--seconds"),
+        (["--soak", "abc"], "expected minutes"),
+        (["--env", "SuperMarioBros-9-1-v0"], "SuperMarioBros-9-1-v0"),
+        (["--num-processes", "0"], "--num-processes"),
+        (["--json", "/nonexistent-dir/x.json"], "does not exist"),
+        (["--frobnicate"], "unrecognized arguments"),
+    ],
+)
+def test_bad_input_is_one_line_user_error(argv, fragment):
+    with pytest.raises(UserError) as info:
+        bench_command(argv)
+    message = str(info.value)
+    assert fragment in message and "\n" not in message
+
+
+def test_part_selection_soak_only_when_asked():
+    options, resolved = parse_options([])
+    assert "soak" not in options.parts and options.parts == DEFAULT_PARTS
+    assert resolved.config.num_processes >= 2 and resolved.config.monitor == "off"
+    options, _ = parse_options(["--soak", "3"])
+    assert options.parts[-1] == "soak" and options.soak_minutes == 3
+    options, _ = parse_options(["--only", "soak"])
+    assert options.parts == ("soak",) and options.soak_minutes == DEFAULT_SOAK_MINUTES
+    options, resolved = parse_options(["--only", "learner,raw", "--num-processes", "1", "--quick"])
+    assert options.parts == ("learner", "raw") and resolved.config.num_processes == 1
+    assert options.seconds == QUICK_SECONDS
