@@ -116,10 +116,14 @@ class Config:
     # --- compute -----------------------------------------------------------------------
     device: str = "auto"
     """Learner device: cpu, cuda or auto (cuda when available)."""
-    compile: bool = True
-    """torch.compile the learner (falls back to eager with one warning on failure)."""
-    amp: bool = True
-    """Mixed precision: bf16 autocast on CPU and recent GPUs, fp16 + GradScaler on older GPUs."""
+    compile: str = "auto"
+    """torch.compile the learner: on, off, or auto (measured on this machine, see amp; a failed
+    compile falls back to eager with one warning)."""
+    amp: str = "auto"
+    """Mixed precision (bf16 autocast on CPU and recent GPUs, fp16 + GradScaler on older GPUs):
+    on, off, or auto. With auto, the learner's variants are timed once per machine, torch
+    version and learner shape (cached), and the fastest is used; bf16 is slower than fp32 on
+    CPUs without native bf16, and compile does not pay everywhere."""
     learner_threads: int = 0
     """Torch intra-op threads of the learner (0 = cores left after the collectors, >= 1)."""
 
@@ -173,6 +177,7 @@ class Config:
 
 
 FIELD_NAMES: frozenset[str] = frozenset(f.name for f in fields(Config))
+SWITCH_VALUES: tuple[str, ...] = ("auto", "on", "off")  # compile and amp
 FIELD_TYPES: dict[str, str] = {f.name: str(f.type) for f in fields(Config)}
 
 # Presets change only what differs from the defaults. Sizes follow the hardware: the
@@ -221,8 +226,8 @@ PRESETS: dict[str, dict[str, Any]] = {
         learning_starts=200,
         ring_capacity=64,
         replay_ratio=2.0,
-        compile=False,
-        amp=False,
+        compile="off",
+        amp="off",
         device="cpu",
         learner_threads=2,
         updates_per_epoch=10,
@@ -450,6 +455,8 @@ def validate(cfg: Config) -> None:
         ("device", ("cpu", "cuda", "auto")),
         ("replay_device", ("cpu", "cuda", "auto")),
         ("monitor", ("auto", "table", "log", "off")),
+        ("compile", SWITCH_VALUES),
+        ("amp", SWITCH_VALUES),
     ):
         if getattr(cfg, name) not in allowed:
             problems.append(

@@ -50,9 +50,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--resume", help="checkpoint file or run directory to continue from")
     parser.add_argument("--seed", type=_positive_int, help="base random seed")
     parser.add_argument(
-        "--no-compile", dest="compile", action="store_const", const=False, help="skip torch.compile (eager learner)"
+        "--no-compile", dest="compile", action="store_const", const="off", help="skip torch.compile (eager learner)"
     )
-    parser.add_argument("--no-amp", dest="amp", action="store_const", const=False, help="full fp32 learner")
+    parser.add_argument("--no-amp", dest="amp", action="store_const", const="off", help="full fp32 learner")
     parser.add_argument("--device", choices=("cpu", "cuda", "auto"), help="learner device")
     parser.add_argument(
         "--checkpoint-interval", dest="checkpoint_interval_s", type=float, help="seconds between periodic checkpoints"

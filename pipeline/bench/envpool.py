@@ -15,14 +15,14 @@ from collections.abc import Callable, Sequence
 from multiprocessing.connection import Connection
 from typing import Any
 
-from pipeline.bench.child import Child, ChildError, ChildExited, ChildTimeout
+from pipeline.common.child import Child, ChildError, ChildExited, ChildTimeout
 
 WORKER_START_TIMEOUT_S = 180.0  # spawning, importing and booting an emulator on a busy box
 ANSWER_ALLOWANCE_S = 120.0  # beyond the seconds asked for: a loaded box may deschedule a worker
 
 
 def _env_worker(conn: Connection, kind: str, env_id: str, env_kwargs: dict[str, Any], seed: int) -> None:
-    """Spawn target (through :class:`~pipeline.bench.child.Child`): build one env, then step it when asked.
+    """Spawn target (through :class:`~pipeline.common.child.Child`): build one env, then step it when asked.
 
     Replies once when the env is built and warm. Then, per message: ``(seconds,
     start_at)`` -> run random actions from ``start_at`` (a ``time.monotonic`` value,

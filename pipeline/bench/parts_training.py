@@ -1,7 +1,7 @@
 """The suite's training parts: learner, training, startup, evaluator and soak.
 
 What training costs and how it holds up: ``Learner.update`` alone per compile/AMP
-variant (``learner``, timed by :mod:`~pipeline.bench.learner_speed`); the whole system
+variant (``learner``, timed by :mod:`~pipeline.learning.learner_speed`); the whole system
 training (``training``; ``startup`` reads the same run's start-up times); the
 in-training evaluator's cost, a run with it between two runs without (``evaluator``);
 and a long run once the replay is full (``soak``, figures by :mod:`~pipeline.bench.soak`).
@@ -13,13 +13,13 @@ import math
 import os
 from typing import Any
 
-from pipeline.bench.child import ChildError
 from pipeline.bench.figures import FIGURES, PHASE_MEANING
-from pipeline.bench.learner_speed import learner_spec, time_learners
 from pipeline.bench.soak import soak_details, soak_figures
 from pipeline.bench.suite_base import PartResult, SuiteBase, log
 from pipeline.bench.trainer_run import TRAINER_START_ALLOWANCE_S, run_trainer, window_figures
+from pipeline.common.child import ChildError
 from pipeline.common.errors import UserError
+from pipeline.learning.learner_speed import LEARNER_VARIANTS, learner_spec, time_learners
 from pipeline.run.monitor import LEARNER_PHASES
 
 EVALUATOR_BACK_TO_BACK_S = 0.001  # eval_interval_s of the evaluator part's middle run
@@ -40,7 +40,17 @@ class TrainingParts(SuiteBase):
             device = resolve_device(cfg.device)
         except TrainingError as exc:  # no CUDA
             raise UserError(str(exc)) from None
-        spec = learner_spec(cfg, device, quick=self.options.quick, seconds=self.seconds)
+        # --quick times only eager and compiled+AMP, in 2 rounds instead of 4.
+        variants = ["eager", "compiled_amp"] if self.options.quick else list(LEARNER_VARIANTS)
+        replay_device = device if cfg.replay_device == "auto" else resolve_device(cfg.replay_device)
+        spec = learner_spec(
+            cfg,
+            device,
+            variants=variants,
+            rounds=2 if self.options.quick else 4,
+            seconds_per_variant=max(2.0, self.seconds / 2),
+            replay_device=replay_device,
+        )
         try:
             out = time_learners(spec)
         except ChildError as exc:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING, Any
 
-from pipeline.bench.child import Child, ChildError, ChildExited, ChildTimeout
+from pipeline.common.child import Child, ChildError, ChildExited, ChildTimeout
 from pipeline.common.errors import UserError
 from pipeline.run.monitor import COLLECTOR_PHASES, LEARNER_PHASES, Snapshot
 

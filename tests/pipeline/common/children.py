@@ -1,4 +1,4 @@
-"""Spawn targets for the tests of :mod:`pipeline.bench.child`.
+"""Spawn targets for the tests of :mod:`pipeline.common.child`.
 
 Module-level functions in an importable module, as spawn needs: a child process
 imports this module by name to find its target. Each runs as ``target(conn, *args)``.

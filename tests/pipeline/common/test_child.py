@@ -6,8 +6,8 @@ import signal
 
 import pytest
 
-from pipeline.bench.child import Child, ChildError, ChildExited, ChildTimeout, run_in_child
-from tests.pipeline.bench import children
+from pipeline.common.child import Child, ChildError, ChildExited, ChildTimeout, run_in_child
+from tests.pipeline.common import children
 
 REPLY_TIMEOUT_S = 60.0  # spawning a child on a loaded 2-core box; a safety net, not a budget
 

@@ -1,10 +1,12 @@
 """Learner speed: updates/s of ``Learner.update`` alone, for each compile/AMP variant.
 
-The learner part's measurement. In a spawned process with the training thread count,
-every variant is built and warmed up on batches pre-sampled from a replay memory of
-synthetic episodes, then the variants are timed in interleaved rounds, so that machine
-load drifting during the measurement hits every variant alike. :func:`learner_spec`
-says what to measure; :func:`time_learners` measures it in a child process.
+Used by the bench's learner part and by the learner's own choice of compile and
+precision for the machine (:mod:`pipeline.learning.learner_choice`). In a spawned
+process with the training thread count, every variant is built and warmed up on batches
+pre-sampled from a replay memory of synthetic episodes, then the variants are timed in
+interleaved rounds, so that machine load drifting during the measurement hits every
+variant alike. :func:`learner_spec` says what to measure; :func:`time_learners`
+measures it in a child process (its compiled graphs and threads die with it).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import time
 from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING, Any
 
-from pipeline.bench.child import ChildExited, ChildTimeout, run_in_child
+from pipeline.common.child import ChildExited, ChildTimeout, run_in_child
 
 if TYPE_CHECKING:  # torch and the replay are imported in the child only
     import torch
@@ -35,25 +37,34 @@ LEARNER_REPLAY_CAPACITY = 8_192
 LEARNER_START_ALLOWANCE_S = 900.0
 
 
-def learner_spec(cfg: Config, device: torch.device, *, quick: bool, seconds: float) -> dict[str, Any]:
-    """What the learner child measures (plain data: it is pickled to the child).
+def training_threads(cfg: Config) -> int:
+    """The learner's intra-op threads in training: the setting, or the cores the collectors leave it."""
+    return cfg.learner_threads or max(1, (os.cpu_count() or 1) - cfg.num_processes)
 
-    ``--quick`` times only eager and compiled+AMP, in 2 rounds instead of 4.
-    """
+
+def learner_spec(
+    cfg: Config,
+    device: torch.device | str,
+    *,
+    variants: list[str],
+    rounds: int,
+    seconds_per_variant: float,
+    replay_device: torch.device | str | None = None,
+) -> dict[str, Any]:
+    """What the learner child measures (plain data: it is pickled to the child)."""
     import envs
 
-    variants = ["eager", "compiled_amp"] if quick else list(LEARNER_VARIANTS)
-    rounds = 2 if quick else 4
-    per_variant = max(2.0, seconds / 2)
+    unknown = [v for v in variants if v not in LEARNER_VARIANTS]
+    if unknown:
+        raise ValueError(f"unknown learner variant(s) {unknown}; known: {list(LEARNER_VARIANTS)}")
     return {
-        "variants": variants,
+        "variants": list(variants),
         "rounds": rounds,
-        "round_s": per_variant / rounds,
-        "seconds_per_variant": per_variant,
-        # The threads the learner has in training: the cores the collectors leave it.
-        "threads": cfg.learner_threads or max(1, (os.cpu_count() or 1) - cfg.num_processes),
+        "round_s": seconds_per_variant / rounds,
+        "seconds_per_variant": seconds_per_variant,
+        "threads": training_threads(cfg),
         "device": str(device),
-        "replay_device": str(device if cfg.replay_device == "auto" else _resolve_device(cfg.replay_device)),
+        "replay_device": str(device if replay_device is None else replay_device),
         "batch_size": cfg.batch_size,
         "num_actions": envs.num_actions(cfg.env_id, cfg.action_set),
         "streams": max(1, cfg.num_processes),
@@ -75,25 +86,19 @@ def learner_spec(cfg: Config, device: torch.device, *, quick: bool, seconds: flo
     }
 
 
-def _resolve_device(name: str) -> torch.device:
-    from pipeline.run.trainer import resolve_device
-
-    return resolve_device(name)
-
-
 def time_learners(spec: dict[str, Any]) -> dict[str, float]:
     """Run :func:`_measure_learners` in a spawned process; its figures.
 
-    Raises :class:`~pipeline.bench.child.ChildError` (with the child's traceback) if the
+    Raises :class:`~pipeline.common.child.ChildError` (with the child's traceback) if the
     measurement failed, RuntimeError if the process died or overran.
     """
     limit = LEARNER_START_ALLOWANCE_S + len(spec["variants"]) * (spec["seconds_per_variant"] + 60)
     try:
-        return run_in_child(_learner_worker, (spec,), name="bench-learner", timeout_s=limit)
+        return run_in_child(_learner_worker, (spec,), name="learner-speed", timeout_s=limit)
     except ChildTimeout:
-        raise RuntimeError(f"learner benchmark did not finish in {limit:.0f} s") from None
+        raise RuntimeError(f"learner speed measurement did not finish in {limit:.0f} s") from None
     except ChildExited as exc:
-        raise RuntimeError(f"learner benchmark process died (exit code {exc.exitcode})") from None
+        raise RuntimeError(f"learner speed measurement process died (exit code {exc.exitcode})") from None
 
 
 def _learner_worker(conn: Connection, spec: dict[str, Any]) -> None:
