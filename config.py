@@ -292,10 +292,13 @@ class ResolvedConfig:
     config: Config
     sources: dict[str, str] = field(default_factory=dict)
     preset: str = ""
+    tuning: Any = None  # the auto preset's measurements (pipeline.run.tuning.Tuning), when used
 
     def describe(self) -> str:
         width = max(len(n) for n in FIELD_NAMES)
         lines = [f"preset: {self.preset}"]
+        if self.tuning is not None:
+            lines.append(f"tuned: {self.tuning.explanation}")
         for f in fields(Config):
             lines.append(f"{f.name:<{width}}  {getattr(self.config, f.name)!r:<28}  ({self.sources[f.name]})")
         return "\n".join(lines)
@@ -313,11 +316,14 @@ def resolve_config(
     preset: str | None = None,
     knobs: dict[str, Any] | None = None,
     hardware: Hardware | None = None,
+    tuned: dict[str, Any] | None = None,
+    tuned_label: str = "measured",
 ) -> ResolvedConfig:
     """Merge defaults < preset < knobs < command line, then validate.
 
     ``preset`` is the command line's --preset (None = the PRESET knob). ``knobs`` default
-    to the knobs in this file; tests pass their own.
+    to the knobs in this file; tests pass their own. ``tuned``: the ``auto`` preset's
+    measured settings (``python main.py tune``), which replace its hardware guesses.
     """
     cli = {k: v for k, v in (cli or {}).items() if v is not None}
     knobs = knob_values() if knobs is None else {k: v for k, v in knobs.items() if v is not None}
@@ -331,8 +337,10 @@ def resolve_config(
     if preset_name == "auto":
         chosen, preset_values = auto_preset(hardware or detect_hardware())
         preset_label = f"auto -> {chosen}"
+        tuned = tuned or {}
     else:
         preset_values, preset_label = dict(PRESETS[preset_name]), preset_name
+        tuned = {}
 
     unknown = sorted(set(cli) - FIELD_NAMES) + sorted(set(knobs) - FIELD_NAMES)
     if unknown:
@@ -344,6 +352,7 @@ def resolve_config(
         for layer, source in (
             (cli, "command line"),
             (knobs, "config.py knob"),
+            (tuned, f"{preset_source} {preset_label}, {tuned_label}"),
             (preset_values, f"{preset_source} {preset_label}"),
         ):
             if f.name in layer:

@@ -4,6 +4,7 @@
                    [--total-frames N] [--run-dir DIR] [--resume PATH] [--seed N]
                    [--no-compile] [--device cpu|cuda|auto] [--print-config]
 
+    python main.py tune [--preset NAME] [--env ID]      measure this machine for the auto preset
     python main.py bench [--quick] [--only NAME] [--json PATH] [--soak MINUTES]
     python main.py play --checkpoint PATH [--env ID] [--episodes N] [--out FILE.mp4|.gif]
     python main.py eval --checkpoint PATH [--env ID] [--episodes N] [--json PATH]
@@ -36,10 +37,10 @@ def _positive_int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(prog: str = "main.py") -> argparse.ArgumentParser:
     from config import PRESET_NAMES
 
-    parser = OneLineParser(prog="main.py", description="Train a DQN agent on Super Mario Bros.")
+    parser = OneLineParser(prog=prog, description="Train a DQN agent on Super Mario Bros.")
     parser.add_argument("--preset", choices=PRESET_NAMES, help="hardware preset (default: PRESET in config.py)")
     parser.add_argument("--num-processes", type=_positive_int, help="collector processes")
     parser.add_argument("--batch-size", type=_positive_int, help="learner batch size")
@@ -130,12 +131,19 @@ def _setup_logging() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s", stream=sys.stderr)
 
 
+def _say(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
 def run_train(argv: list[str]) -> int:
-    from config import ConfigError, resolve_config
+    from config import ConfigError
+    from pipeline.run.tuning import resolve_for_machine
 
     args = build_parser().parse_args(argv)
     try:
-        resolved = resolve_config(cli_overrides(args), preset=args.preset)
+        # The auto preset's tuning and compile/amp=auto are measured here (once per
+        # machine, cached), so --print-config shows what a run will use, and why.
+        resolved = resolve_for_machine(cli_overrides(args), args.preset, _say)
     except ConfigError as exc:
         raise UserError(str(exc)) from None
     if args.print_config:
@@ -154,6 +162,13 @@ def run_train(argv: list[str]) -> int:
         # trained yet, and Trainer.run already released what it had created.
         print("main.py: interrupted during startup; nothing to checkpoint", file=sys.stderr)
         return 130
+
+
+def run_tune(argv: list[str]) -> int:
+    from pipeline.commands.tune import tune_command
+
+    args = build_parser(prog="main.py tune").parse_args(argv)
+    return tune_command(cli_overrides(args), args.preset)
 
 
 def run_bench(argv: list[str]) -> int:
@@ -180,7 +195,14 @@ def run_plot(argv: list[str]) -> int:
     return plot_command(argv)
 
 
-COMMANDS = {"train": run_train, "bench": run_bench, "play": run_play, "eval": run_eval, "plot": run_plot}
+COMMANDS = {
+    "train": run_train,
+    "tune": run_tune,
+    "bench": run_bench,
+    "play": run_play,
+    "eval": run_eval,
+    "plot": run_plot,
+}
 
 
 def main(argv: list[str] | None = None) -> int:

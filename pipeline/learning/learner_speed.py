@@ -204,3 +204,47 @@ def _measure_learners(spec: dict[str, Any]) -> dict[str, float]:
             if f"{name}_updates_per_s" in out:
                 out[key] = out[f"{name}_updates_per_s"] / eager
     return out
+
+
+def time_batch_sizes(spec: dict[str, Any], batch_sizes: list[int]) -> dict[int, float]:
+    """Updates/s of the eager fp32 learner at each batch size, in one child process.
+
+    Eager only: compiling once per batch size would cost more than the whole measurement;
+    the tuning scales these by the chosen variant's speed-up at the run's batch size.
+    """
+    limit = LEARNER_START_ALLOWANCE_S + len(batch_sizes) * (spec["seconds_per_variant"] + 60)
+    try:
+        rates = run_in_child(_batch_worker, (spec, list(batch_sizes)), name="learner-batches", timeout_s=limit)
+    except ChildTimeout:
+        raise RuntimeError(f"learner speed measurement did not finish in {limit:.0f} s") from None
+    except ChildExited as exc:
+        raise RuntimeError(f"learner speed measurement process died (exit code {exc.exitcode})") from None
+    return {int(b): float(r) for b, r in rates.items()}
+
+
+def _batch_worker(conn: Connection, spec: dict[str, Any], batch_sizes: list[int]) -> None:
+    """Spawn target: one eager learner timed at each batch size."""
+    import torch
+
+    from pipeline.learning.learner import Learner, LearnerSettings
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    torch.set_num_threads(spec["threads"])
+    torch.manual_seed(spec["seed"])
+    device = torch.device(spec["device"])
+    replay = _synthetic_replay(spec, torch.device(spec["replay_device"]))
+    settings = LearnerSettings(**{**spec["settings"], "compile": False, "amp": False, "device": str(device)})
+    learner = Learner(spec["num_actions"], settings)
+    rates = {}
+    for batch_size in batch_sizes:
+        batches = [replay.sample(batch_size) for _ in range(8)]
+        for batch in batches[:2]:  # allocator and caches warm for this shape, untimed
+            learner.update(batch)
+        start, n = time.perf_counter(), 0
+        while time.perf_counter() - start < spec["seconds_per_variant"]:
+            learner.update(batches[n % len(batches)])
+            n += 1
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        rates[batch_size] = n / (time.perf_counter() - start)
+    conn.send(rates)

@@ -1,0 +1,239 @@
+"""The ``auto`` preset's measurements: settings balanced for the machine at hand, cached.
+
+Machines differ several-fold in emulator speed (~190 to ~890 frames/s per core) and in
+which learner precision is fastest, so a table of presets cannot be right everywhere.
+:func:`tune` measures, on this machine:
+
+* the emulator's frames/s on one core, stepping the real wrapped env (frame skip,
+  grayscale, resize) with random actions in a child process, as a collector does;
+* the learner's updates/s: compile/precision by :mod:`pipeline.learning.learner_choice`
+  at the preset's batch size, then the chosen variant at each candidate batch size;
+* the RAM and /dev/shm available (:mod:`pipeline.run.preflight`).
+
+Then it balances collection against learning at the configured replay ratio ``R``: an
+agent step costs a collector ``skip / f`` CPU-seconds, and needs ``R / B`` learner
+updates of ``1 / u(B)`` seconds each, so one core-second of the machine yields
+``1 / (skip / f + R / (B u(B)))`` agent steps. The batch size with the most steps per
+core-second is chosen, and the cores are split between collectors and learner in the
+same proportion as their work. The result (measurements and choices) is cached per
+machine and torch version; ``python main.py tune`` measures again and prints it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any
+
+from config import Config, ResolvedConfig, resolve_config
+from pipeline.common.child import run_in_child
+from pipeline.common.files import atomic_write
+from pipeline.learning.learner_choice import (
+    LEARNER_VARIANTS,
+    apply_choice,
+    cache_dir,
+    choose_learner,
+    machine_signature,
+)
+from pipeline.learning.learner_speed import learner_spec, time_batch_sizes
+from pipeline.run.preflight import MachineLimits
+
+BATCH_SIZES = (32, 64, 128)
+ENV_SECONDS = 6.0
+INFER_OVERHEAD = 1.1  # acting (batched forward passes) and ring writes: ~10 % of a collector's time
+TUNING_VERSION = 1
+
+
+@dataclass
+class Tuning:
+    """Measured figures and the settings chosen from them (the ``auto`` preset's values)."""
+
+    emulator_frames_per_s: float
+    updates_per_s: dict[str, float]  # batch size -> updates/s of the chosen variant
+    cores: int
+    memory_available_gb: float
+    shm_free_gb: float
+    settings: dict[str, Any]  # Config field -> value
+    explanation: str
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _emulator_worker(conn: Connection, env_id: str, env_kwargs: dict[str, Any], seconds: float) -> None:
+    import numpy as np
+    import torch
+
+    from envs import make_env
+
+    torch.set_num_threads(1)
+    env = make_env(env_id, seed=0, **env_kwargs)
+    rng = np.random.default_rng(0)
+    actions = int(env.action_space.n)
+    env.reset(seed=0)
+    frames_per_step = 1 if env_id.startswith("Catch") else int(env_kwargs["frame_skip"])
+    for _ in range(50):  # warm up: the first steps load the ROM and build caches
+        env.step(int(rng.integers(actions)))
+    steps, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        _, _, terminated, truncated, _ = env.step(int(rng.integers(actions)))
+        steps += 1
+        if terminated or truncated:
+            env.reset()
+    conn.send(steps * frames_per_step / (time.perf_counter() - start))
+
+
+def measure_emulator(cfg: Config, seconds: float = ENV_SECONDS) -> float:
+    """Frames/s of one wrapped env on one core (random actions, as early training plays)."""
+    return float(
+        run_in_child(
+            _emulator_worker, (cfg.env_id, cfg.env_kwargs(), seconds), name="tune-emulator", timeout_s=seconds + 180
+        )
+    )
+
+
+def balance(
+    cfg: Config, frames_per_s: float, updates_per_s: dict[int, float], cores: int
+) -> tuple[dict[str, Any], str]:
+    """Batch size, collectors and learner threads for the most agent steps per second at the replay ratio."""
+    frames_per_step = 1 if cfg.env_id.startswith("Catch") else cfg.frame_skip
+    step_cost = INFER_OVERHEAD * frames_per_step / frames_per_s  # collector CPU-seconds per agent step
+
+    def learn_cost(batch: int) -> float:  # learner seconds per agent step
+        return cfg.replay_ratio / (batch * updates_per_s[batch])
+
+    batch = min(updates_per_s, key=lambda b: step_cost + learn_cost(b))
+    total = step_cost + learn_cost(batch)
+    collector_share = step_cost / total
+
+    def steps_per_s(collectors: int) -> float:
+        # Bounded by the collectors, by the learner (on the cores they leave, at least one,
+        # time-shared when there are none), and by the whole machine's CPU.
+        threads = max(1, cores - collectors)
+        return min(collectors / step_cost, threads / learn_cost(batch), cores / total)
+
+    best = max(steps_per_s(p) for p in range(1, cores + 1))
+    collectors = next(p for p in range(1, cores + 1) if steps_per_s(p) >= best * 0.999)  # fewest that reach it
+    threads = max(1, cores - collectors)
+    why = (
+        f"emulator {frames_per_s:,.0f} frames/s per core -> {1 / step_cost:,.0f} agent steps/s per collector; "
+        f"learner {updates_per_s[batch]:,.1f} updates/s at batch {batch} -> "
+        f"{batch * updates_per_s[batch] / cfg.replay_ratio:,.0f} agent steps/s at replay ratio {cfg.replay_ratio:g}; "
+        f"collectors take {collector_share:.0%} of the work: {collectors} collector(s), {threads} learner thread(s), "
+        f"~{best * frames_per_step:,.0f} frames/s expected on {cores} core(s)"
+    )
+    return {"batch_size": batch, "num_processes": collectors, "learner_threads": threads}, why
+
+
+def tune(
+    cfg: Config,
+    device: str = "cpu",
+    log: Callable[[str], None] = print,
+    *,
+    env_seconds: float = ENV_SECONDS,
+    learner_seconds: float = 3.0,
+    batch_sizes: tuple[int, ...] = BATCH_SIZES,
+) -> Tuning:
+    """Measure this machine for ``cfg`` (the preset before tuning) and choose its settings."""
+    limits = MachineLimits.probe()
+    log(f"tune: emulator speed ({cfg.env_id}, {env_seconds:.0f} s on one core) ...")
+    frames_per_s = measure_emulator(cfg, env_seconds)
+    log(f"tune: {frames_per_s:,.0f} frames/s per core; learner compile/precision at batch {cfg.batch_size} ...")
+    cfg = Config(**{**cfg.to_dict(), "learner_threads": 1})  # rates per core; balance() splits the cores
+    choice = choose_learner(cfg, device)
+    log(f"tune: learner {choice.variant} ({choice.reason}); updates/s per batch size ...")
+    compile_, amp = choice.compile, choice.amp
+    variant = choice.variant
+    spec = learner_spec(cfg, device, variants=["eager"], rounds=1, seconds_per_variant=learner_seconds)
+    eager = time_batch_sizes(spec, sorted({*batch_sizes, cfg.batch_size}))
+    # The chosen variant's speed-up over eager, measured at the preset's batch size, applied to all.
+    speedup = choice.updates_per_s[variant] / choice.updates_per_s["eager"] if "eager" in choice.updates_per_s else 1.0
+    rates = {batch: eager[batch] * speedup for batch in batch_sizes}
+    for batch in batch_sizes:
+        log(f"tune:   batch {batch}: {rates[batch]:,.1f} updates/s ({variant})")
+    settings, why = balance(cfg, frames_per_s, rates, limits.cores)
+    settings.update(compile="on" if compile_ else "off", amp="on" if amp else "off")
+    return Tuning(
+        emulator_frames_per_s=frames_per_s,
+        updates_per_s={str(b): r for b, r in rates.items()},
+        cores=limits.cores,
+        memory_available_gb=limits.memory_available_bytes / 2**30,
+        shm_free_gb=limits.shm_free_bytes / 2**30,
+        settings=settings,
+        explanation=f"{why}; learner {variant}: {choice.reason}",
+    )
+
+
+def tuning_path(cfg: Config, device: str = "cpu") -> Path:
+    """The cache file of this machine's tuning for ``cfg``'s env and learner shape."""
+    key = {
+        "version": TUNING_VERSION,
+        **machine_signature(device),
+        "env_id": cfg.env_id,
+        "replay_ratio": cfg.replay_ratio,
+        "frame_stack": cfg.frame_stack,
+        "dueling": cfg.dueling,
+        "variants": list(LEARNER_VARIANTS),
+    }
+    digest = hashlib.sha1(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
+    return cache_dir() / f"tuning-{digest}.json"
+
+
+def load_tuning(path: Path) -> Tuning | None:
+    try:
+        data = json.loads(path.read_text())
+        return Tuning(**data)
+    except (OSError, ValueError, TypeError):
+        return None
+
+
+def save_tuning(path: Path, tuning: Tuning) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_write(path, "w") as handle:
+        json.dump(tuning.to_json(), handle, indent=2)
+
+
+def learner_device(cfg: Config) -> str:
+    """The device the learner will use (what the tuning and the learner choice are measured on)."""
+    if cfg.device == "auto":
+        import torch
+
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return cfg.device
+
+
+def resolve_for_machine(
+    cli: dict[str, Any],
+    preset: str | None,
+    log: Callable[[str], None],
+    *,
+    retune: bool = False,
+) -> ResolvedConfig:
+    """The run's settings as on the command line, with what ``auto`` leaves open measured.
+
+    With the ``auto`` preset, the machine's tuning (cached; measured on first use or with
+    ``retune``) replaces the preset's hardware guesses; then ``compile``/``amp`` left at
+    ``auto`` are chosen by timing the learner (cached). The sources say which is which.
+    """
+    resolved = resolve_config(cli, preset=preset)
+    cfg = resolved.config
+    device = learner_device(cfg)
+    if resolved.preset.startswith("auto"):
+        path = tuning_path(cfg, device)
+        tuning = None if retune else load_tuning(path)
+        if tuning is None:
+            log(f"measuring this machine once for the auto preset (cached in {path}) ...")
+            tuning = tune(cfg, device, log)
+            save_tuning(path, tuning)
+        resolved = resolve_config(cli, preset=preset, tuned=tuning.settings, tuned_label=f"tuned: {path}")
+        resolved.tuning = tuning
+        cfg = resolved.config
+    choice = choose_learner(cfg, device)
+    cfg, sources = apply_choice(cfg, resolved.sources, choice)
+    resolved.config, resolved.sources = cfg, sources
+    return resolved
