@@ -1,8 +1,14 @@
 """The learning core: what turns records into a trained Q-network, and plays it back.
 
 - :mod:`~pipeline.learning.replay`: the replay memory (frames stored once, stacks and
-  n-step returns built by vectorized indexing).
-- :mod:`~pipeline.learning.learner`: Double DQN updates, compile and AMP.
+  n-step returns built by vectorized indexing by :mod:`~pipeline.learning.replay_transitions`;
+  prioritized sampling by :mod:`~pipeline.learning.replay_priorities` over
+  :mod:`~pipeline.learning.sum_tree`; saved and restored by :mod:`~pipeline.learning.replay_store`).
+- :mod:`~pipeline.learning.learner`: Double DQN updates, compile and AMP;
+  :mod:`~pipeline.learning.learner_choice` picks compile and precision for the machine by
+  timing them (:mod:`~pipeline.learning.learner_speed`).
+- :mod:`~pipeline.learning.flat_state`: a state_dict as one float32 vector and back
+  (the torch side of the weights block).
 - :mod:`~pipeline.learning.checkpoint`: atomic, safely loaded, rotated checkpoints.
 - :mod:`~pipeline.learning.policy`: the greedy policy of a checkpoint or of published
   weights and the episode loop that ``eval``, ``play`` and the evaluator share.

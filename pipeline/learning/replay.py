@@ -12,57 +12,19 @@ Storage keeps each frame exactly once: ``frames`` is uint8 ``[num_streams, C, 84
 ``seq``-th record ever added to that stream lives in slot ``seq % C``); a stream holds
 the records ``[max(0, count - C), count)``.
 
-Sampling is fully vectorized on ``device``, with no host synchronisation: candidates are
-drawn uniformly over all stored positions of all streams, their validity and n-step
-targets are computed with loops over the small constants ``n_step`` and ``frame_stack``
-only, and invalid candidates are returned with ``weight == 0`` instead of being redrawn.
+Sampling (:mod:`~pipeline.learning.replay_transitions`, which also states the exact rules
+for n-step targets, stacks and validity) is fully vectorized on ``device``, with no host
+synchronisation: candidates are drawn uniformly over all stored positions of all streams,
+and invalid candidates are returned with ``weight == 0`` instead of being redrawn.
 
-Transition at position ``t`` (a step record, never a FINAL):
-
-* ``k = min(n_step, steps to the end of t's episode)``; ``ret = sum_{j<k} gamma^j r_{t+j}``.
-* If the episode ends by a TERMINATED/TRUNCATED step within the window, ``next_obs`` is the
-  stack ending at the episode's FINAL record and ``discount`` is ``0`` (TERMINATED) or
-  ``gamma^k`` (TRUNCATED). A FINAL record that follows a step without either flag is
-  treated like TRUNCATED.
-* If the episode is cut (the record after step ``t+j`` is a START), step ``t+j`` has no next
-  observation: ``k = j`` and ``next_obs`` is the stack ending at ``t+j`` with
-  ``discount = gamma^k`` (invalid when ``j == 0``). The cut takes precedence over any flag
-  of step ``t+j``.
-* Otherwise ``k = n_step`` and ``next_obs`` is the stack ending at ``t+n_step``.
-
-A candidate is invalid when it is not stored, is a FINAL record, needs a record not yet
-written (``t+k`` or the record telling whether step ``t+k-1`` was the last before a cut)
-or needs a frame already overwritten (its stack reaches back before the oldest stored
-record of its stream). Stacks: the stack at ``p`` is frames ``p-S+1 .. p`` of ``p``'s
-episode; frames before the episode's START repeat the START frame, so a stack never
-mixes episodes. A stream whose first record is not a START is treated as an episode of
-unknown beginning: stacks that would need a frame before sequence number 0 are invalid.
-
-Prioritized replay (``prioritized=True``; proportional variant of Schaul et al. 2016): a
-:class:`~pipeline.learning.sum_tree.SumTree` on ``device`` holds one priority per slot
-(``stream * C + seq % C``). Candidates are drawn by stratified sampling over the tree
-instead of uniformly; validity, n-step targets and stacks are then computed exactly as
-above. Priorities:
-
-* A new record lands with the current maximum priority (the largest ever set, 1 at
-  first), so it is sampled at least once soon; a FINAL record lands with 0 (it is never a
-  transition). Writing a slot replaces whatever priority the overwritten record had.
-* ``update_priorities(index, td_errors)`` sets ``(|td| + eps) ** alpha`` for the sampled
-  candidates that are still stored (a candidate whose slot was overwritten since it was
-  sampled is skipped, so the new record keeps its own priority) and, when told which, only
-  for the valid ones: invalid candidates such as the newest records of a stream, whose
-  n-step window is not written yet, keep their priority until they can be learned from.
-* ``Batch.weight`` is the importance-sampling weight ``(N * P(i)) ** -beta`` divided by the
-  largest weight among the batch's valid candidates, times the validity (``N`` = stored
-  records, ``P(i) = p_i / sum(p)``). Normalising over the batch rather than the memory
-  (Dopamine's choice too) needs no min-tree, and keeps one stale tiny priority anywhere
-  in the memory from shrinking every weight towards 0. (The learner's loss,
-  ``sum(w * huber) / max(sum(w), 1)``, divides by the weight sum, so a factor common to
-  the batch cancels there as long as the sum stays above 1, which it does: the largest
-  valid weight of a batch is 1.) ``beta`` is a settable attribute the trainer may anneal.
-
-Everything in sampling and priority updates is tensor ops on ``device`` (loops over
-``n_step``, ``frame_stack`` and the ``log2`` tree levels only), with no host sync.
+Prioritized replay (``prioritized=True``; :mod:`~pipeline.learning.replay_priorities`,
+which states how priorities and importance weights are set): a sum tree on ``device``
+holds one priority per slot (``stream * C + seq % C``). Candidates are drawn by stratified
+sampling over the tree instead of uniformly; validity, n-step targets and stacks are then
+computed exactly as for uniform draws. New records land with the maximum priority so far;
+:meth:`ReplayMemory.update_priorities` sets ``(|td| + eps) ** alpha`` for the sampled
+candidates, and ``Batch.weight`` carries the importance-sampling weights. ``beta`` is a
+settable attribute the trainer may anneal.
 
 Save and restore (:meth:`ReplayMemory.save`, :meth:`ReplayMemory.restore`,
 :meth:`ReplayMemory.load`): the stored records of every stream, the per-stream counts,
@@ -76,39 +38,18 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
 
+from pipeline.learning.replay_priorities import INITIAL_PRIORITY, ReplayPriorities, initial_priorities
 from pipeline.learning.replay_store import DEFAULT_COMPRESSLEVEL, ReplayFileError, ReplayReader, write_replay_file
+from pipeline.learning.replay_transitions import Batch, TransitionSampler
 from pipeline.learning.sum_tree import SumTree
-from pipeline.transport.records import (
-    FLAG_FINAL,
-    FLAG_START,
-    FLAG_TERMINATED,
-    FLAG_TRUNCATED,
-    FRAME_SHAPE,
-    RECORD_DTYPE,
-)
+from pipeline.transport.records import FLAG_FINAL, FRAME_SHAPE, RECORD_DTYPE
 
 __all__ = ["Batch", "ReplayFileError", "ReplayMemory"]
-
-# Priority of a record before any TD error has been seen (max priority starts here).
-INITIAL_PRIORITY = 1.0
-
-
-@dataclass
-class Batch:
-    """A sampled batch of n-step transitions (all tensors on the memory's device)."""
-
-    obs: torch.Tensor  # uint8 [B, S, 84, 84] stacked state at t
-    action: torch.Tensor  # int64 [B]
-    ret: torch.Tensor  # float32 [B] sum_{j<k} gamma^j r_{t+j} (0 for invalid candidates)
-    next_obs: torch.Tensor  # uint8 [B, S, 84, 84] stacked state at t+k
-    discount: torch.Tensor  # float32 [B] gamma^k, 0 if TERMINATED within the k steps (0 if invalid)
-    weight: torch.Tensor  # float32 [B] 1 valid sample (prioritized: IS weight in (0, 1]), 0 invalid candidate
 
 
 class ReplayMemory:
@@ -170,17 +111,28 @@ class ReplayMemory:
 
         self._count = np.zeros(n, dtype=np.int64)  # records ever added, per stream (host)
         self._count_dev = torch.zeros(n, dtype=torch.int64, device=dev)  # same, on device
-        self._gamma_pow = torch.tensor([self.gamma**i for i in range(n_step + 1)], dtype=torch.float32, device=dev)
+        self._sampler = TransitionSampler(
+            frames=self._frames_flat,
+            actions=self._actions_flat,
+            rewards=self._rewards_flat,
+            flags=self._flags_flat,
+            count=self._count_dev,
+            capacity_per_stream=c,
+            frame_stack=frame_stack,
+            n_step=n_step,
+            gamma=self.gamma,
+            device=dev,
+        )
         self._generator = torch.Generator(device=dev)
         self._generator.manual_seed(seed)
 
         self.prioritized = bool(prioritized)
+        # alpha, beta and eps are kept (and saved) by a uniform memory too, so that a file it
+        # writes can be restored into a prioritized one; the priorities get them per call.
         self.alpha = float(alpha)
         self.eps = float(eps)
         self.beta = beta  # validated by the property setter
-        # Priorities per slot, and the largest priority ever set (0-dim, on the device).
-        self._tree = SumTree(n * c, dev) if self.prioritized else None
-        self._max_priority = torch.tensor(INITIAL_PRIORITY, dtype=torch.float64, device=dev)
+        self._priorities = ReplayPriorities(n * c, dev) if self.prioritized else None
 
     @property
     def beta(self) -> float:
@@ -205,9 +157,8 @@ class ReplayMemory:
     @property
     def nbytes(self) -> int:
         tensors = [self._frames, self._actions, self._rewards, self._flags, self._count_dev]
-        if self._tree is not None:
-            tensors.append(self._tree.tree)
-        return sum(t.numel() * t.element_size() for t in tensors)
+        priorities = self._priorities.nbytes if self._priorities is not None else 0
+        return sum(t.numel() * t.element_size() for t in tensors) + priorities
 
     @property
     def geometry(self) -> dict[str, Any]:
@@ -223,13 +174,20 @@ class ReplayMemory:
     @property
     def max_priority(self) -> torch.Tensor:
         """The priority new records get (0-dim float64 on the device; reading it is not a sync)."""
-        return self._max_priority.clone()
+        if self._priorities is None:  # a uniform memory reports the initial one
+            return torch.tensor(INITIAL_PRIORITY, dtype=torch.float64, device=self.device)
+        return self._priorities.max_priority.clone()
+
+    @property
+    def _tree(self) -> SumTree | None:
+        """The priorities' sum tree (None when uniform); tests compare it bit for bit."""
+        return self._priorities.tree if self._priorities is not None else None
 
     def priorities(self) -> torch.Tensor:
         """Priority of every slot, float64 ``[num_streams, C]`` (a copy; prioritized memories only)."""
-        if self._tree is None:
+        if self._priorities is None:
             raise RuntimeError("this replay memory is not prioritized")
-        return self._tree.leaves().clone().view(self.num_streams, self.capacity_per_stream)
+        return self._priorities.leaves().clone().view(self.num_streams, self.capacity_per_stream)
 
     def can_sample(self, batch_size: int) -> bool:
         """Host-only estimate: stored positions old enough for a full n-step window.
@@ -265,12 +223,8 @@ class ReplayMemory:
         self._write(stream, slot, keep[:head])
         if head < len(keep):
             self._write(stream, 0, keep[head:])
-        if self._tree is not None:
-            final = torch.from_numpy((keep["flags"] & FLAG_FINAL) != 0).to(self.device)
-            new = torch.where(final, torch.zeros_like(self._max_priority), self._max_priority)
-            self._tree.update_range(stream * c + slot, new[:head])
-            if head < len(keep):
-                self._tree.update_range(stream * c, new[head:])
+        if self._priorities is not None:
+            self._priorities.landed(stream * c + slot, stream * c, head, keep["flags"])
         self._count[stream] += total
         self._count_dev[stream] = int(self._count[stream])
 
@@ -287,25 +241,6 @@ class ReplayMemory:
             dst[stream, slot:end].copy_(torch.from_numpy(src))
 
     # ------------------------------------------------------------------ sampling
-    def _slot(self, stream: torch.Tensor, seq: torch.Tensor) -> torch.Tensor:
-        return stream * self.capacity_per_stream + torch.remainder(seq, self.capacity_per_stream)
-
-    def _stack(
-        self, stream: torch.Tensor, pos: torch.Tensor, oldest: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Frames of the stacks ending at ``pos`` and whether all of them are still stored."""
-        s = self.frame_stack
-        idx = torch.empty((pos.shape[0], s), dtype=torch.int64, device=self.device)
-        cur = pos
-        ok = pos >= oldest
-        idx[:, s - 1] = self._slot(stream, cur)
-        for j in range(1, s):
-            at_start = (self._flags_flat[self._slot(stream, cur)] & FLAG_START) != 0
-            cur = torch.where(at_start, cur, cur - 1)  # stay on the START frame: repeat it
-            ok &= cur >= oldest
-            idx[:, s - 1 - j] = self._slot(stream, cur)
-        return self._frames_flat[idx], ok
-
     def sample(self, batch_size: int, return_index: bool = False):
         """Draw ``batch_size`` candidates uniformly over all stored positions (by priority
         when prioritized).
@@ -314,121 +249,20 @@ class ReplayMemory:
         ``ret`` and ``discount``). With ``return_index=True`` returns
         ``(batch, (stream, seq))`` identifying each candidate's position.
         """
-        if self._tree is None:
-            stream, seq = self._draw_uniform(batch_size)
-            batch, _ = self._transitions(stream, seq)
+        sampler = self._sampler
+        if self._priorities is None:
+            stream, seq = sampler.draw_uniform(batch_size, self._generator)
+            batch, _ = sampler.transitions(stream, seq)
         else:
-            stream, seq, priority = self._draw_prioritized(batch_size)
+            slot, priority = self._priorities.draw(batch_size, self._generator)
+            # A slot never written maps to a negative seq; it has priority 0, hence invalid.
+            stream, seq = sampler.locate(slot)
             # A 0-priority slot comes out only of an all-zero tree: never a transition.
-            batch, valid = self._transitions(stream, seq, drawable=priority > 0)
-            batch.weight = self._importance_weights(priority, valid)
+            batch, valid = sampler.transitions(stream, seq, drawable=priority > 0)
+            batch.weight = ReplayPriorities.importance_weights(priority, valid, self._beta)
         if return_index:
             return batch, (stream, seq)
         return batch
-
-    def _draw_uniform(self, b: int) -> tuple[torch.Tensor, torch.Tensor]:
-        c = self.capacity_per_stream
-        count = self._count_dev
-        fill = torch.clamp(count, max=c)
-        cum = torch.cumsum(fill, 0)
-        total = cum[-1]
-        u = torch.rand(b, generator=self._generator, device=self.device, dtype=torch.float64)
-        flat = (u * total.to(torch.float64)).to(torch.int64)
-        flat = torch.minimum(flat, torch.clamp(total - 1, min=0))
-        stream = torch.searchsorted(cum, flat, right=True).clamp_(max=self.num_streams - 1)
-        offset = flat - (cum[stream] - fill[stream])
-        oldest = count[stream] - fill[stream]
-        return stream, oldest + offset
-
-    def _draw_prioritized(self, b: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Stratified draws from the sum tree: ``(stream, seq, priority)``."""
-        assert self._tree is not None
-        c = self.capacity_per_stream
-        slot, priority = self._tree.sample_stratified(b, self._generator)
-        stream = torch.div(slot, c, rounding_mode="floor")
-        pos = slot - stream * c
-        # The newest record in slot ``pos``: the largest seq < count with seq % C == pos.
-        # Negative (hence invalid) for a slot never written; such slots have priority 0.
-        last = self._count_dev[stream] - 1
-        seq = last - torch.remainder(last - pos, c)
-        return stream, seq, priority
-
-    def _importance_weights(self, priority: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
-        """``(N * P(i)) ** -beta / max_batch_w``, 0 where invalid (see the module docstring).
-
-        ``N`` and the total cancel in the ratio, which leaves ``(p_i / min_valid p) ** -beta``;
-        computing it that way avoids overflow for tiny probabilities.
-        """
-        p_min = torch.where(valid, priority, torch.full_like(priority, math.inf)).amin()
-        ratio = torch.where(valid, priority / p_min, torch.ones_like(priority))
-        w = ratio.pow(-self._beta)
-        return torch.where(valid, w, torch.zeros_like(w)).to(torch.float32)
-
-    def _transitions(
-        self, stream: torch.Tensor, seq: torch.Tensor, drawable: torch.Tensor | None = None
-    ) -> tuple[Batch, torch.Tensor]:
-        """The batch for candidates ``(stream, seq)`` (weight = validity) and the validity mask.
-
-        ``drawable`` (bool ``[B]``), when given, marks further candidates invalid.
-        """
-        dev = self.device
-        b = stream.shape[0]
-
-        s_count = self._count_dev[stream]
-        oldest = s_count - torch.clamp(s_count, max=self.capacity_per_stream)
-
-        valid = (seq >= oldest) & (seq < s_count)
-        if drawable is not None:
-            valid &= drawable
-        flags_t = self._flags_flat[self._slot(stream, seq)]
-        valid &= (flags_t & FLAG_FINAL) == 0
-
-        ret = torch.zeros(b, dtype=torch.float32, device=dev)
-        k = torch.zeros(b, dtype=torch.int64, device=dev)
-        next_pos = seq.clone()
-        terminal = torch.zeros(b, dtype=torch.bool, device=dev)
-        active = valid.clone()
-        for j in range(self.n_step):
-            pj = seq + j
-            pn = pj + 1
-            written = pn < s_count  # needed: next frame, or to know whether t+j is cut
-            valid &= written | ~active
-            active &= written
-            f_j = self._flags_flat[self._slot(stream, pj)]
-            f_n = self._flags_flat[self._slot(stream, pn)]
-            cut = active & ((f_n & FLAG_START) != 0)
-            if j == 0:
-                valid &= ~cut  # last record before a cut: no next observation
-            else:
-                next_pos = torch.where(cut, pj, next_pos)
-                k = torch.where(cut, j, k)
-            active &= ~cut
-            r = self._rewards_flat[self._slot(stream, pj)]
-            ret = ret + torch.where(active, r * (self.gamma**j), torch.zeros_like(r))
-            terminal |= active & ((f_j & FLAG_TERMINATED) != 0)
-            if j == self.n_step - 1:
-                ends = active
-            else:
-                ends = active & (((f_j & (FLAG_TERMINATED | FLAG_TRUNCATED)) != 0) | ((f_n & FLAG_FINAL) != 0))
-            next_pos = torch.where(ends, pn, next_pos)
-            k = torch.where(ends, j + 1, k)
-            active &= ~ends
-
-        obs, ok_obs = self._stack(stream, seq, oldest)
-        next_obs, ok_next = self._stack(stream, next_pos, oldest)
-        valid &= ok_obs & ok_next
-
-        zero = torch.zeros(b, dtype=torch.float32, device=dev)
-        discount = torch.where(terminal, zero, self._gamma_pow[k])
-        batch = Batch(
-            obs=obs,
-            action=self._actions_flat[self._slot(stream, seq)].to(torch.int64),
-            ret=torch.where(valid, ret, zero),
-            next_obs=next_obs,
-            discount=torch.where(valid, discount, zero),
-            weight=valid.to(torch.float32),
-        )
-        return batch, valid
 
     # ------------------------------------------------------------------ priorities
     def update_priorities(
@@ -450,7 +284,7 @@ class ReplayMemory:
         For a slot listed twice, one of its values wins (unspecified which). Tensor ops on
         the device only: no host sync.
         """
-        if self._tree is None:
+        if self._priorities is None:
             raise RuntimeError("update_priorities needs a prioritized replay memory")
         dev = self.device
         stream, seq = (x.to(device=dev, dtype=torch.int64).reshape(-1) for x in index)
@@ -459,17 +293,15 @@ class ReplayMemory:
             raise ValueError(f"index and td_errors differ in length: {stream.shape[0]}, {seq.shape[0]}, {td.shape[0]}")
         if td.numel() == 0:
             return
+        # Which candidates may be updated is a question about the stored records, answered
+        # here; the priorities drop the non-finite TD errors and do the arithmetic.
         count = self._count_dev[stream]
-        slot = self._slot(stream, seq)
+        slot = self._sampler.slot(stream, seq)
         keep = (seq >= count - self.capacity_per_stream) & (seq >= 0) & (seq < count)
-        keep &= torch.isfinite(td) & ((self._flags_flat[slot] & FLAG_FINAL) == 0)
+        keep &= (self._flags_flat[slot] & FLAG_FINAL) == 0
         if valid is not None:
             keep &= valid.to(device=dev, dtype=torch.bool).reshape(-1)
-        new = (td.abs() + self.eps).pow(self.alpha)
-        new = torch.where(keep, new, self._tree.get(slot))
-        self._tree.update(slot, new)
-        kept_max = torch.where(keep, new, torch.zeros_like(new)).amax()
-        self._max_priority = torch.maximum(self._max_priority, kept_max)
+        self._priorities.update(slot, td, keep, alpha=self.alpha, eps=self.eps)
 
     # ------------------------------------------------------------------ save / restore
     def save(self, path: str | os.PathLike[str], *, compresslevel: int = DEFAULT_COMPRESSLEVEL) -> None:
@@ -502,9 +334,9 @@ class ReplayMemory:
             yield "count", count
             yield "rng_state", self._generator.get_state().numpy()
             leaves = None
-            if self._tree is not None:
-                yield "max_priority", self._max_priority.cpu().numpy()
-                leaves = self._tree.leaves()
+            if self._priorities is not None:
+                yield "max_priority", self._priorities.max_priority.cpu().numpy()
+                leaves = self._priorities.leaves()
             for s in range(n):
                 fill = int(min(count[s], c))
                 # On the CPU .cpu() is the tensor itself and .numpy() a view: no copy.
@@ -586,7 +418,7 @@ class ReplayMemory:
             current = self._generator.get_state()
             rng_state = torch.from_numpy(reader.read("rng_state", np.uint8, tuple(current.shape)))
         max_priority = INITIAL_PRIORITY
-        if self._tree is not None and file_prioritized:
+        if self._priorities is not None and file_prioritized:
             max_priority = float(reader.read("max_priority", np.float64, ()))
             if not (math.isfinite(max_priority) and max_priority > 0):
                 raise reader.error(f"bad max_priority {max_priority}")
@@ -596,7 +428,7 @@ class ReplayMemory:
         self._reset_counters()
         try:
             fills = np.minimum(count, c)
-            leaves = np.zeros(n * c, dtype=np.float64) if self._tree is not None else None
+            leaves = np.zeros(n * c, dtype=np.float64) if self._priorities is not None else None
             for s in range(n):
                 fill = int(fills[s])
                 for name, storage in (
@@ -614,11 +446,9 @@ class ReplayMemory:
                         if not (np.isfinite(mine).all() and (mine >= 0).all()):
                             raise reader.error(f"bad priorities in stream {s}")
                     else:
-                        final = (self._flags[s, :fill].cpu().numpy() & FLAG_FINAL) != 0
-                        mine[:] = np.where(final, 0.0, INITIAL_PRIORITY)
-            if self._tree is not None:
-                self._tree.set_leaves(torch.from_numpy(leaves))
-                self._max_priority = torch.tensor(max_priority, dtype=torch.float64, device=self.device)
+                        mine[:] = initial_priorities(self._flags[s, :fill].cpu().numpy())
+            if self._priorities is not None:
+                self._priorities.restore(leaves, max_priority)
             self._count[:] = count
             self._count_dev.copy_(torch.from_numpy(count))
             if rng_state is not None:
@@ -631,9 +461,8 @@ class ReplayMemory:
         """No records, no priorities, the initial max priority; the storage keeps its bytes."""
         self._count[:] = 0
         self._count_dev.zero_()
-        if self._tree is not None:
-            self._tree.clear()
-        self._max_priority = torch.tensor(INITIAL_PRIORITY, dtype=torch.float64, device=self.device)
+        if self._priorities is not None:
+            self._priorities.reset()
 
     def _clear(self) -> None:
         """Back to the state of a new memory (except the RNG): no records, zeroed storage."""
