@@ -26,9 +26,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-__all__ = ["QNetwork", "build_qnetwork", "FRAME_SIZE"]
+__all__ = ["QNetwork", "build_qnetwork"]
 
-FRAME_SIZE: int = 84
 # Spatial size after the three convs on an 84x84 input: 84 -> 20 -> 9 -> 7.
 _TRUNK_OUT_FEATURES: int = 64 * 7 * 7
 _HIDDEN: int = 512

@@ -10,7 +10,7 @@ One ``Learner.update(batch)`` is one optimizer step:
        target = ret + discount * Q_target(s', a*)
 
    ``discount`` comes from the replay already holding ``gamma**k`` (0 when the n-step
-   window hit a terminal state), so ``LearnerSettings.gamma`` is not used here.
+   window hit a terminal state), so the learner has no discount factor of its own.
 3. The masked Huber loss ``sum(w * huber(Q_online(s, a), target)) / max(sum(w), 1)``,
    optionally as ``grad_accum`` micro-batches whose gradients accumulate; every micro
    loss is divided by the *full* batch's weight sum so the accumulated gradient is the
@@ -58,7 +58,7 @@ import logging
 import time
 import warnings
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import InitVar, dataclass
 from typing import Any, Protocol
 
 import torch
@@ -107,7 +107,9 @@ class LearnerSettings:
 
     learning_rate: float = 1e-4
     adam_eps: float = 1.5e-4
-    gamma: float = 0.99  # unused by update(): the batch's discount already holds gamma**k
+    # Not a setting (the batch's discount already holds gamma**k): accepted and dropped only
+    # because pipeline/learning/learner_speed.py still passes gamma=. Remove it with that argument.
+    gamma: InitVar[float | None] = None
     grad_clip: float = 10.0
     grad_accum: int = 1
     target_sync_updates: int = 2000
@@ -464,7 +466,7 @@ class Learner:
             action=torch.randint(0, self.num_actions, (batch_size,), generator=gen),
             ret=torch.randn(batch_size, generator=gen),
             next_obs=torch.randint(0, 256, shape, dtype=torch.uint8, generator=gen),
-            discount=torch.full((batch_size,), self.settings.gamma),
+            discount=torch.full((batch_size,), 0.99),  # any discount does: warmup's updates are undone
             weight=torch.ones(batch_size),
         )
 

@@ -13,8 +13,9 @@ for four stacks costs little more than for one (docs/benchmarks.md has the figur
 Each environment owns one ring slot (one stream: a single producer, whole episodes in
 order). Each step becomes one record in that slot; each finished episode adds a FINAL
 record (its last observation) and a msgpack summary. The collector's first slot is its
-"home": PID, heartbeat, phase times and weights version live in its header, so the
-learner's monitor and supervisor read them without any message passing.
+"home": PID, heartbeat, phase times and weights version live in its header (its
+:class:`~pipeline.transport.ring.SlotCounters`), so the learner's monitor and supervisor
+read them without any message passing.
 
 When every env takes the random branch of epsilon-greedy the network is not evaluated
 at all: the actions do not depend on it, which saves CPU early in training.
@@ -29,11 +30,10 @@ import sys
 import time
 import traceback
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
 
 import numpy as np
 
+from config import Config
 from pipeline.transport import episodes as episode_channel
 from pipeline.transport import ring as R
 from pipeline.transport.records import FLAG_FINAL, FLAG_START, FLAG_TERMINATED, FLAG_TRUNCATED
@@ -50,10 +50,11 @@ PARENT_CHECK_STEPS = 256
 
 @dataclass
 class CollectorArgs:
-    """Everything a collector process needs; plain values so it pickles for spawn."""
+    """Everything a collector process needs; plain values (Config is a plain dataclass) so it
+    pickles for spawn."""
 
     slot: int  # the collector's index (its process number)
-    config: dict[str, Any]
+    config: Config
     ring_name: str
     weights_name: str
     parent_pid: int
@@ -103,7 +104,7 @@ class EnvStream:
     def __init__(self, env, slot: R.Slot, seed: int, stack: np.ndarray) -> None:
         self.env = env
         self.slot = slot
-        self.header = slot.header
+        self.counters = slot.counters
         self.seed = seed
         self.stack = stack  # a view into the collector's (K, S, 84, 84) batch
         self.needs_reset = True
@@ -111,9 +112,10 @@ class EnvStream:
         self.flags = 0
         self.episode_return = 0.0
         self.episode_steps = 0
-        self.steps = int(self.header[R.STEPS])
-        self.frames = int(self.header[R.FRAMES])
-        self.episodes = int(self.header[R.EPISODES])
+        # Carry on from the slot's counters: a restarted collector continues the totals.
+        self.steps = self.counters.steps
+        self.frames = self.counters.frames
+        self.episodes = self.counters.episodes
         self.preprocess_done_ns = 0  # preprocessing time of envs of this stream already replaced
 
 
@@ -140,24 +142,24 @@ class Collector:
         slot_indices = args.slots or (args.slot,)
         slots = [ring.slots[i] for i in slot_indices]
         self.home = slots[0]
-        self.header = self.home.header
+        self.counters = self.home.counters
         self.weights = WeightsBlock(self.weights_segment.buf)
         for slot in slots:
-            slot.header[R.STARTS] = int(slot.header[R.STARTS]) + 1
-        self.header[R.PID] = os.getpid()
-        self.header[R.STATE] = R.STATE_STARTING
-        self.header[R.HEARTBEAT_NS] = time.monotonic_ns()
-        starts = int(self.header[R.STARTS])
-        self.rng = np.random.default_rng(int(self.cfg["seed"]) + 1000 * args.slot + 1_000_003 * starts)
-        frame_stack = int(self.cfg["frame_stack"])
+            slot.counters.starts += 1
+        self.counters.pid = os.getpid()
+        self.counters.state = R.STATE_STARTING
+        self.counters.beat()
+        starts = self.counters.starts
+        self.rng = np.random.default_rng(self.cfg.seed + 1000 * args.slot + 1_000_003 * starts)
+        frame_stack = self.cfg.frame_stack
         self.stacks = np.zeros((len(slots), frame_stack, 84, 84), np.uint8)
         self.stacks_tensor = torch.from_numpy(self.stacks)  # shares memory with stacks
         self.streams = []
         for k, (index, slot) in enumerate(zip(slot_indices, slots)):
-            seed = int(self.cfg["seed"]) + 1000 * index + 1_000_003 * starts
+            seed = self.cfg.seed + 1000 * index + 1_000_003 * starts
             self.streams.append(EnvStream(self._build_env(seed), slot, seed, self.stacks[k]))
         self.num_actions = int(self.streams[0].env.action_space.n)
-        self.model = QNetwork(self.num_actions, frame_stack, self.cfg["dueling"]).eval()
+        self.model = QNetwork(self.num_actions, frame_stack, self.cfg.dueling).eval()
         self.loader = StateLoader(self.model)
         if self.loader.num_floats != self.weights.num_floats:
             raise RuntimeError(
@@ -173,16 +175,7 @@ class Collector:
 
     # -- helpers ------------------------------------------------------------------------
     def _build_env(self, seed: int):
-        cfg = self.cfg
-        return self._make_env(
-            cfg["env_id"],
-            action_set=cfg["action_set"],
-            frame_skip=cfg["frame_skip"],
-            reward_scale=cfg["reward_scale"],
-            no_progress_steps=cfg["no_progress_steps"],
-            max_episode_steps=cfg["max_episode_steps"],
-            seed=seed,
-        )
+        return self._make_env(self.cfg.env_id, seed=seed, **self.cfg.env_kwargs())
 
     def _should_stop(self) -> bool:
         return self.weights.stop_requested or os.getppid() != self.args.parent_pid
@@ -192,7 +185,7 @@ class Collector:
         if version != self.weights_version:
             self.weights_version = self.weights.read(self.loader.staging)
             self.loader.load()
-            self.header[R.WEIGHTS_VERSION] = self.weights_version
+            self.counters.weights_version = self.weights_version
 
     def _write(self, slot: R.Slot, frame: np.ndarray, action: int, reward: float, flags: int) -> None:
         transitions = slot.transitions
@@ -216,7 +209,7 @@ class Collector:
         """
         now = time.monotonic()
         self.env_errors = [t for t in self.env_errors if now - t < ENV_ERROR_WINDOW_S] + [now]
-        stream.header[R.ENV_ERRORS] = int(stream.header[R.ENV_ERRORS]) + 1
+        stream.counters.env_errors += 1
         error = traceback.format_exception_only(*sys.exc_info()[:2])[-1].strip()
         if error not in self.seen_errors:
             if len(self.seen_errors) < 100:
@@ -238,7 +231,7 @@ class Collector:
             while time.monotonic() < deadline:
                 if self._should_stop():
                     raise _Stop
-                self.header[R.HEARTBEAT_NS] = time.monotonic_ns()
+                self.counters.beat()
                 time.sleep(0.1)
             self.env_errors.clear()
         stream.preprocess_done_ns += self._preprocess_ns(stream.env)  # the new env's clock starts at 0
@@ -276,19 +269,21 @@ class Collector:
     # -- main loop ----------------------------------------------------------------------
     def run(self) -> None:
         torch = self.torch
-        header, cfg = self.header, self.cfg
-        check_every = max(1, int(cfg["weights_check_steps"]) // len(self.streams))  # in rounds
-        frame_skip = 1 if cfg["env_id"].startswith("Catch") else int(cfg["frame_skip"])
-        reward_scale = float(cfg["reward_scale"])
+        counters, cfg = self.counters, self.cfg
+        check_every = max(1, cfg.weights_check_steps // len(self.streams))  # in rounds
+        frame_skip = 1 if cfg.env_id.startswith("Catch") else cfg.frame_skip
+        reward_scale = float(cfg.reward_scale)
         perf = time.perf_counter_ns
-        emulate_ns = int(header[R.EMULATE_NS])
-        infer_ns = int(header[R.INFER_NS])
-        write_ns = int(header[R.WRITE_NS])
-        preprocess_base = int(header[R.PREPROCESS_NS])  # earlier processes on this slot
+        # Phase times accumulate in locals and are stored once a round; a restarted
+        # collector carries on from what earlier processes on this slot counted.
+        emulate_ns = counters.phase_ns("emulate")
+        infer_ns = counters.phase_ns("infer")
+        write_ns = counters.phase_ns("write")
+        preprocess_base = counters.phase_ns("preprocess")
         preprocess_seen = self._preprocess_total()
         self._sync_weights()
         epsilon = self.weights.epsilon if self.weights.version else 1.0
-        header[R.STATE] = R.STATE_RUNNING
+        counters.state = R.STATE_RUNNING
         rounds = 0
         k_envs = len(self.streams)
         while True:
@@ -327,14 +322,14 @@ class Collector:
                 stream.stack[-1] = next_obs
                 if done:
                     self._write(stream.slot, next_obs, 0, 0.0, FLAG_FINAL)
-                stream.header[R.STEPS] = stream.steps
-                stream.header[R.FRAMES] = stream.frames
+                stream.counters.steps = stream.steps
+                stream.counters.frames = stream.frames
                 te = perf()
                 write_ns_round += te - tw
                 if done:
                     episode_ended = True
                     stream.episodes += 1
-                    stream.header[R.EPISODES] = stream.episodes
+                    stream.counters.episodes = stream.episodes
                     summary = episode_channel.EpisodeSummary(
                         ret=float(stream.episode_return / reward_scale),
                         length=stream.episode_steps,
@@ -358,11 +353,11 @@ class Collector:
             infer_ns += t2 - t1
             write_ns += write_ns_round
             emulate_ns += (t1 - t0) + (t3 - t2 - write_ns_round) - preprocess_delta
-            header[R.PREPROCESS_NS] = preprocess_base + preprocess_now
-            header[R.EMULATE_NS] = emulate_ns
-            header[R.INFER_NS] = infer_ns
-            header[R.WRITE_NS] = write_ns
-            header[R.HEARTBEAT_NS] = time.monotonic_ns()
+            counters.set_phase_ns("preprocess", preprocess_base + preprocess_now)
+            counters.set_phase_ns("emulate", emulate_ns)
+            counters.set_phase_ns("infer", infer_ns)
+            counters.set_phase_ns("write", write_ns)
+            counters.beat()
             rounds += 1
             # New weights between episodes, and at least every weights_check_steps steps.
             if episode_ended or rounds % check_every == 0:
@@ -374,13 +369,10 @@ class Collector:
     def close(self) -> None:
         from pipeline.transport.segments import release
 
-        self.header[R.STATE] = R.STATE_STOPPED
-        self.home = self.header = None  # type: ignore[assignment]
+        self.counters.state = R.STATE_STOPPED
+        # Drop every view into the ring so its segment can close.
+        self.home = self.counters = None  # type: ignore[assignment]
         self.streams = []
         self.weights.close()
         release(self.ring_segment, unlink=False)
         release(self.weights_segment, unlink=False)
-
-
-def default_log_path(run_path: str | Path, slot: int) -> str:
-    return str(Path(run_path) / "logs" / f"collector-{slot}.log")

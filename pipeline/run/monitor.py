@@ -8,6 +8,11 @@ otherwise. The same scalars go to a CSV file and TensorBoard in the run director
 
 Memory stays bounded: the history is a fixed-size deque of snapshots, enough to cover
 the longest window.
+
+Every key a :class:`Snapshot` carries that more than one module names is defined here,
+once: the counters (:data:`COUNTER_KEYS`), the phases' keys (:func:`collector_phase_key`,
+:func:`learner_phase_key`) and the evaluator's gauges (:data:`EVAL_GAUGES`). The trainer
+builds snapshots with them (:mod:`pipeline.run.snapshots`) and the monitor reads them.
 """
 
 from __future__ import annotations
@@ -19,15 +24,85 @@ import os
 import sys
 import time
 from collections import deque
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import MappingProxyType
+from typing import Final, Literal, get_args
+
+from pipeline.transport.ring import COLLECTOR_PHASES, CollectorPhase
 
 logger = logging.getLogger("mario.monitor")
 
 WINDOWS_S: tuple[int, ...] = (10, 60)
 
+# -- snapshot keys ---------------------------------------------------------------------------
+# Plain strings typed as Literal (not Enums): they are CSV columns, TensorBoard tags,
+# summary.json and checkpoint keys, and must stay plain str there.
+
+# The run's cumulative counters (snapshot counters, checkpoints' "counters", summary.json).
+CounterKey = Literal["frames", "steps", "records", "updates", "samples", "episodes", "epochs"]
+COUNTER_KEYS: Final[tuple[CounterKey, ...]] = get_args(CounterKey)
+
+# Where the learner process's time goes (its event loop's tasks).
+LearnerPhase = Literal["wait", "sample", "update", "publish", "consolidate"]
+LEARNER_PHASES: Final[tuple[LearnerPhase, ...]] = get_args(LearnerPhase)
+
+
+def phase_ns_key(phase: CollectorPhase | LearnerPhase) -> str:
+    """Nanoseconds spent in ``phase``: the key in a per-collector row (its home slot's)."""
+    return f"{phase}_ns"
+
+
+def collector_phase_key(phase: CollectorPhase) -> str:
+    """Snapshot counter: nanoseconds in ``phase`` summed over every collector slot."""
+    return f"collector_{phase_ns_key(phase)}"
+
+
+def learner_phase_key(phase: LearnerPhase) -> str:
+    """Snapshot counter: the learner process's nanoseconds in ``phase``."""
+    return f"learner_{phase_ns_key(phase)}"
+
+
+def share_key(phase_key: str) -> str:
+    """The derived row's percent-of-wall-time column of a phase counter (``*_ns`` -> ``*_pct``)."""
+    return phase_key.removesuffix("_ns") + "_pct"
+
+
+# The evaluator's gauges, in the order they are reported (and so the CSV's column order).
+EvalGauge = Literal[
+    "evaluations",
+    "eval_return",
+    "eval_x_pos",
+    "eval_max_x_pos",
+    "eval_flag_rate",
+    "eval_length",
+    "eval_best_return",
+    "eval_weights_version",
+    "eval_s",
+    "eval_cpu_s",
+    "eval_wall_s_total",
+    "eval_cpu_s_total",
+]
+EVAL_GAUGES: Final[tuple[EvalGauge, ...]] = get_args(EvalGauge)
+# The gauges that show one field of the newest evaluation result (NaN before the first);
+# the field names are those pipeline.run.evaluator puts in its results.
+EVAL_RESULT_FIELDS: Final[Mapping[EvalGauge, str]] = MappingProxyType(
+    {
+        "eval_return": "mean_return",
+        "eval_x_pos": "mean_x_pos",
+        "eval_max_x_pos": "max_x_pos",
+        "eval_flag_rate": "flag_rate",
+        "eval_length": "mean_length",
+        "eval_best_return": "best_return",
+        "eval_weights_version": "weights_version",
+        "eval_s": "eval_s",
+        "eval_cpu_s": "cpu_s",
+    }
+)
+
 # Counters (cumulative) whose rates the monitor reports, and their display names.
-RATE_COUNTERS: dict[str, str] = {
+RATE_COUNTERS: dict[CounterKey, str] = {
     "frames": "env frames/s",
     "steps": "agent steps/s",
     "records": "consolidated records/s",
@@ -35,8 +110,6 @@ RATE_COUNTERS: dict[str, str] = {
     "samples": "samples/s",
     "episodes": "episodes/s",
 }
-COLLECTOR_PHASES = ("emulate", "preprocess", "infer", "write", "stall")
-LEARNER_PHASES = ("wait", "sample", "update", "publish", "consolidate")
 
 
 @dataclass
@@ -85,10 +158,10 @@ class RateHistory:
         return max(0.0, now - then) / dt
 
 
-def phase_shares(history: RateHistory, keys: tuple[str, ...], prefix: str, window_s: float) -> dict[str, float]:
-    """Percent of wall time per phase over the window (summed over processes for collectors)."""
-    rates = {k: history.rate(f"{prefix}{k}_ns", window_s) / 1e9 for k in keys}
-    return {k: 100.0 * v for k, v in rates.items()}
+def phase_shares(history: RateHistory, phase_keys: list[str], window_s: float) -> dict[str, float]:
+    """Percent of wall time per phase counter over the window (summed over processes for
+    collectors), keyed by the counter's :func:`share_key`."""
+    return {share_key(key): 100.0 * history.rate(key, window_s) / 1e9 for key in phase_keys}
 
 
 class Monitor:
@@ -179,11 +252,11 @@ class Monitor:
         # doing now) and over the whole run (including the warm-up fill, so lower).
         row["replay_ratio"] = row["samples_per_s"] / row["records_per_s"] if row["records_per_s"] > 0 else 0.0
         row["replay_ratio_run"] = snap.counters.get("samples", 0.0) / max(1.0, snap.counters.get("records", 0.0))
-        for name, share in phase_shares(h, COLLECTOR_PHASES, "collector_", WINDOWS_S[0]).items():
-            row[f"collector_{name}_pct"] = share / max(1, len(snap.collectors))
-        for name, share in phase_shares(h, LEARNER_PHASES, "learner_", WINDOWS_S[0]).items():
-            row[f"learner_{name}_pct"] = share
-        row["stall_pct"] = row["collector_stall_pct"]
+        collector_keys = [collector_phase_key(phase) for phase in COLLECTOR_PHASES]
+        for key, share in phase_shares(h, collector_keys, WINDOWS_S[0]).items():
+            row[key] = share / max(1, len(snap.collectors))
+        row.update(phase_shares(h, [learner_phase_key(phase) for phase in LEARNER_PHASES], WINDOWS_S[0]))
+        row["stall_pct"] = row[share_key(collector_phase_key("stall"))]
         row.update(snap.gauges)
         return row
 
@@ -287,9 +360,11 @@ class Monitor:
         phases.add_column("")
         phases.add_row(
             "collectors (mean per process)",
-            "  ".join(f"{n} {f(f'collector_{n}_pct', '{:.1f}')}" for n in COLLECTOR_PHASES),
+            "  ".join(f"{n} {f(share_key(collector_phase_key(n)), '{:.1f}')}" for n in COLLECTOR_PHASES),
         )
-        phases.add_row("learner", "  ".join(f"{n} {f(f'learner_{n}_pct', '{:.1f}')}" for n in LEARNER_PHASES))
+        phases.add_row(
+            "learner", "  ".join(f"{n} {f(share_key(learner_phase_key(n)), '{:.1f}')}" for n in LEARNER_PHASES)
+        )
 
         per = Table(show_header=True, header_style="bold")
         for col in ("collector", "frames/s", "steps/s", "weights v", "lag", "restarts", "CPU %", "RSS MB"):

@@ -6,14 +6,23 @@ so the objects are kept between monitor ticks (bounded: one per live pid).
 
 from __future__ import annotations
 
+from typing import TypedDict
+
 import psutil
 
 _processes: dict[int, psutil.Process] = {}
 MAX_TRACKED = 1024
 
 
-def process_stats(pid: int | None) -> dict[str, float]:
-    """{"cpu_pct", "rss_mb"} of ``pid`` since the previous call (zeros if it is gone)."""
+class ProcessStats(TypedDict):
+    """One process's figures; these keys go into the monitor's per-collector rows as they are."""
+
+    cpu_pct: float  # percent of one core since the previous call for the same pid
+    rss_mb: float
+
+
+def process_stats(pid: int | None) -> ProcessStats:
+    """CPU and resident memory of ``pid`` since the previous call (zeros if it is gone)."""
     if pid is None:
         return {"cpu_pct": 0.0, "rss_mb": 0.0}
     try:

@@ -120,9 +120,10 @@ class Supervisor:
                 reason = f"exited with code {code}" if code >= 0 else f"killed by signal {-code}"
                 self._record_failure(index, reason)
                 continue
-            header = self.slots[index].header
-            age_s = (now_ns - int(header[R.HEARTBEAT_NS])) / 1e9
-            started_here = int(header[R.PID]) == process.pid and int(header[R.STATE]) == R.STATE_RUNNING
+            counters = self.slots[index].counters
+            age_s = (now_ns - counters.heartbeat_ns) / 1e9
+            # The process has registered itself in the slot and is past its start-up.
+            started_here = counters.pid == process.pid and counters.state == R.STATE_RUNNING
             limit = self.heartbeat_timeout_s if started_here else self.startup_grace_s + self.heartbeat_timeout_s
             if now - state.started_at > limit and age_s > self.heartbeat_timeout_s:
                 process.kill()

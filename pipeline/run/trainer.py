@@ -21,6 +21,13 @@ clock starts.
 Shutdown (total frames reached, Ctrl-C, SIGTERM): collectors are asked to stop through
 the weights block, a final checkpoint is written, and every shared-memory segment is
 unlinked. A second Ctrl-C exits at once (segments are still unlinked first).
+
+This module is the Trainer's lifecycle and its tasks; the pieces it assembles live beside it:
+:mod:`~pipeline.run.startup` (run directory, resume, device, learner and replay),
+:mod:`~pipeline.run.pacing` (replay-ratio limiter, epsilon schedule),
+:mod:`~pipeline.run.snapshots` (the monitor snapshot's parts, summary.json),
+:mod:`~pipeline.run.evaluations` (the evaluator's results and gauges) and
+:mod:`~pipeline.run.run_checkpoints` (periodic, final and best checkpoints, resuming).
 """
 
 from __future__ import annotations
@@ -32,118 +39,50 @@ import os
 import signal
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
-import torch
 
 import envs
 from config import Config
-from pipeline.learning.checkpoint import (
-    CHECKPOINT_PATTERN,
-    CheckpointError,
-    capture_rng_state,
-    check_compatible,
-    checkpoint_name,
-    load_checkpoint,
-    restore_rng_state,
-    rotate_checkpoints,
-    save_checkpoint,
-)
 from pipeline.learning.flat_state import flatten_state, state_numel
-from pipeline.learning.learner import Learner, LearnerSettings
-from pipeline.learning.replay import ReplayMemory
 from pipeline.run.collector import CollectorArgs
 from pipeline.run.consolidator import Consolidator
-from pipeline.run.evaluator import Evaluator
-from pipeline.run.monitor import Monitor, Snapshot
+from pipeline.run.evaluations import Evaluations
+from pipeline.run.monitor import COUNTER_KEYS, LEARNER_PHASES, CounterKey, LearnerPhase, Monitor, Snapshot
+from pipeline.run.pacing import RateLimiter, epsilon_at
+from pipeline.run.run_checkpoints import RunCheckpoints, checkpoint_payload, resume_from, rolling_return
+from pipeline.run.snapshots import (
+    collector_rows,
+    copy_slot_counters,
+    learning_gauges,
+    process_gauges,
+    ring_fill_pct,
+    run_summary,
+    snapshot_counters,
+)
+
+# TrainingError, latest_checkpoint and resolve_resume are re-exported (``X as X``): they
+# were defined here, and main.py and the benchmarks import TrainingError from here.
+from pipeline.run.startup import (
+    RunPaths,
+    build_learner,
+    build_replay,
+    load_resume_checkpoint,
+    new_run_root,
+    resolve_device,
+    seed_and_threads,
+    warm_up_learner,
+)
+from pipeline.run.startup import TrainingError as TrainingError
+from pipeline.run.startup import latest_checkpoint as latest_checkpoint
+from pipeline.run.startup import resolve_resume as resolve_resume
 from pipeline.run.supervisor import Supervisor
 from pipeline.transport import ring as R
 from pipeline.transport import segments
 from pipeline.transport.weights import WeightsBlock, block_bytes
 
 logger = logging.getLogger("mario.trainer")
-
-COUNTER_KEYS = ("frames", "steps", "records", "updates", "samples", "episodes", "epochs")
-
-
-class TrainingError(Exception):
-    """A run cannot start or continue (bad checkpoint, unusable device...): one clear message."""
-
-
-@dataclass
-class RunPaths:
-    root: Path
-
-    @property
-    def checkpoints(self) -> Path:
-        return self.root / "checkpoints"
-
-    @property
-    def logs(self) -> Path:
-        return self.root / "logs"
-
-    def make(self) -> None:
-        self.checkpoints.mkdir(parents=True, exist_ok=True)
-        self.logs.mkdir(parents=True, exist_ok=True)
-
-
-def resolve_device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name == "cuda" and not torch.cuda.is_available():
-        raise TrainingError("device='cuda' but no CUDA GPU is available; use --device cpu or --device auto")
-    return torch.device(name)
-
-
-def latest_checkpoint(directory: Path) -> Path | None:
-    """The periodic checkpoint with the most frames (the count is in its name)."""
-    found = [(int(m.group(1)), p) for p in directory.iterdir() if (m := CHECKPOINT_PATTERN.match(p.name))]
-    return max(found)[1] if found else None
-
-
-def resolve_resume(resume: str) -> tuple[Path, Path]:
-    """Map --resume (a checkpoint file or a run directory) to (checkpoint, run directory)."""
-    path = Path(resume)
-    if path.is_dir():
-        directory = path / "checkpoints" if (path / "checkpoints").is_dir() else path
-        found = latest_checkpoint(directory)
-        if found is None:
-            raise TrainingError(f"--resume {resume}: no checkpoint (ckpt-*.pt) found in {directory}")
-        path = found
-    elif not path.exists():
-        raise TrainingError(f"--resume {resume}: no such file or directory; pass a checkpoint or a run directory")
-    run_root = path.parent.parent if path.parent.name == "checkpoints" else path.parent
-    return path, run_root
-
-
-def epsilon_at(cfg: Config, frames: int) -> float:
-    fraction = min(1.0, frames / cfg.epsilon_decay_frames)
-    return cfg.epsilon_start + fraction * (cfg.epsilon_end - cfg.epsilon_start)
-
-
-class RateLimiter:
-    """Keeps samples drawn per inserted transition near ``ratio``, in both directions.
-
-    Sampling waits while the learner is ahead; consolidation (and so, through the full
-    ring, the collectors) waits while the learner is behind by more than ``slack``
-    samples. Before ``min_size`` transitions are stored, inserts are free.
-    """
-
-    def __init__(self, ratio: float, min_size: int, slack_samples: float) -> None:
-        self.ratio = ratio
-        self.min_size = min_size
-        self.slack = slack_samples
-
-    def can_sample(self, inserted: int, samples: int, batch: int) -> bool:
-        return inserted >= self.min_size and samples + batch <= (inserted - self.min_size) * self.ratio + batch
-
-    def can_insert(self, inserted: int, samples: int) -> bool:
-        if inserted < self.min_size:
-            return True
-        return (inserted - self.min_size) * self.ratio - samples <= self.slack
 
 
 class Trainer:
@@ -170,9 +109,9 @@ class Trainer:
         self.throttle = throttle
         self.stop_event: asyncio.Event | None = None
         self.stop_reason = ""
-        self.counters: dict[str, int] = dict.fromkeys(COUNTER_KEYS, 0)
-        self.base: dict[str, int] = dict.fromkeys(COUNTER_KEYS, 0)  # from a resumed checkpoint
-        self.learner_ns: dict[str, int] = dict.fromkeys(("wait", "sample", "update", "publish", "consolidate"), 0)
+        self.counters: dict[CounterKey, int] = dict.fromkeys(COUNTER_KEYS, 0)
+        self.base: dict[CounterKey, int] = dict.fromkeys(COUNTER_KEYS, 0)  # from a resumed checkpoint
+        self.learner_ns: dict[LearnerPhase, int] = dict.fromkeys(LEARNER_PHASES, 0)
         self.startup: dict[str, float] = {}
         self.ring_segment = self.weights_segment = None
         self.ring: R.TransitionRing | None = None
@@ -183,39 +122,21 @@ class Trainer:
         self._t0 = time.monotonic()
         self._last_checkpoint_t = time.monotonic()
         self.final_checkpoint: Path | None = None
-        self.best_return = float("-inf")
         self.consolidator: Consolidator | None = None
-        self.evaluator: Evaluator | None = None
-        self.last_eval: dict[str, Any] | None = None  # the newest evaluation result
-        self.evaluations = 0
-        self.eval_seconds = {"wall": 0.0, "cpu": 0.0}  # summed over this process's evaluations
-        self._evaluator_exit_reported = False
+        self.evaluations = Evaluations()
 
     # -- setup ----------------------------------------------------------------------------
     def setup(self) -> None:
         cfg = self.cfg
         if cfg.resume:
-            self.resume_path, root = resolve_resume(cfg.resume)
-            # Read it before anything is created: a bad file must leave nothing behind.
-            self._resume_state = load_checkpoint(self.resume_path)
-            missing = {"learner", "counters", "rng", "config"} - set(self._resume_state)
-            if missing or "online" not in self._resume_state.get("learner", {}):
-                raise CheckpointError(
-                    f"{self.resume_path}: not a training checkpoint of this project (missing "
-                    f"{', '.join(sorted(missing)) or 'learner.online'}); pass a ckpt-*.pt "
-                    f"file or a run directory written by main.py"
-                )
-            # A network of another shape (action set, dueling, frame stack) fails here too.
-            from models import QNetwork
-
-            probe = QNetwork(envs.num_actions(cfg.env_id, cfg.action_set), cfg.frame_stack, cfg.dueling)
-            check_compatible(probe, self._resume_state["learner"]["online"], self.resume_path)
+            # Read and checked before anything is created: a bad file must leave nothing behind.
+            self.resume_path, root, self._resume_state = load_resume_checkpoint(cfg)
         else:
             self.resume_path = None
-            name = cfg.run_name or time.strftime("%Y%m%d-%H%M%S") + f"-{cfg.env_id}"
-            root = Path(cfg.run_dir) / name
+            root = new_run_root(cfg)
         self.paths = RunPaths(root)
         self.paths.make()
+        self.checkpoints = RunCheckpoints(self.paths.checkpoints, cfg.keep_checkpoints)
         (self.paths.root / "config.json").write_text(
             json.dumps({"config": cfg.to_dict(), "sources": self.sources}, indent=2)
         )
@@ -228,41 +149,18 @@ class Trainer:
 
         self.device = resolve_device(cfg.device)
         replay_device = self.device if cfg.replay_device == "auto" else resolve_device(cfg.replay_device)
-        threads = cfg.learner_threads or max(1, (os.cpu_count() or 1) - cfg.num_processes)
-        torch.set_num_threads(threads)
-        torch.manual_seed(cfg.seed)
-        np.random.seed(cfg.seed)
+        seed_and_threads(cfg)
         self.num_actions = envs.num_actions(cfg.env_id, cfg.action_set)
-        self.learner = Learner(
-            self.num_actions,
-            LearnerSettings(
-                learning_rate=cfg.learning_rate,
-                adam_eps=cfg.adam_eps,
-                gamma=cfg.gamma,
-                grad_clip=cfg.grad_clip,
-                grad_accum=cfg.grad_accum,
-                target_sync_updates=cfg.target_sync_updates,
-                dueling=cfg.dueling,
-                frame_stack=cfg.frame_stack,
-                compile=cfg.compile,
-                amp=cfg.amp,
-                device=str(self.device),
-            ),
-        )
+        self.learner = build_learner(cfg, self.num_actions, self.device)
         self.num_streams = cfg.num_processes * cfg.envs_per_collector  # one ring slot per environment
-        self.replay = ReplayMemory(
-            cfg.replay_capacity,
-            self.num_streams,
-            frame_stack=cfg.frame_stack,
-            n_step=cfg.n_step,
-            gamma=cfg.gamma,
-            device=replay_device,
-            seed=cfg.seed,
-        )
+        self.replay = build_replay(cfg, self.num_streams, replay_device)
         slack = max(32 * cfg.batch_size, cfg.replay_ratio * cfg.ring_capacity)
         self.limiter = RateLimiter(cfg.replay_ratio, cfg.learning_starts, slack)
         if self.resume_path is not None:
-            self._load(self.resume_path)
+            self.base, self.checkpoints.best_return = resume_from(self._resume_state, self.resume_path, self.learner)
+            logger.info(
+                "resumed from %s at %d frames, %d updates", self.resume_path, self.base["frames"], self.base["updates"]
+            )
 
         # The monitor comes up first, so the user sees startup progress from the first second.
         self.monitor = Monitor(
@@ -271,28 +169,8 @@ class Trainer:
         self.monitor.start_display()
         self.monitor.announce(f"run directory {self.paths.root}")
         if self.train_enabled:
-            self.monitor.announce(
-                f"startup: warming up the learner on {self.device} (compile={cfg.compile}, "
-                f"amp={cfg.amp}, batch {cfg.batch_size}); the monitor's clock starts after it"
-            )
-            seconds = self.learner.warmup(cfg.batch_size)
-            self.startup["compile+warm-up"] = seconds
-            self.monitor.startup_reported.add("compile+warm-up")  # announced just below
-            self.monitor.announce(
-                f"startup: compile+warm-up done in {seconds:.1f} s (compiled={self.learner.compiled}, "
-                f"amp={self.learner.amp_dtype})"
-            )
+            self.startup["compile+warm-up"] = warm_up_learner(self.learner, cfg, self.device, self.monitor)
         self._create_shared_memory()
-
-    def _load(self, path: Path) -> None:
-        state = self._resume_state
-        check_compatible(self.learner.online, state["learner"]["online"], path)
-        self.learner.load_state_dict(state["learner"])
-        for key in COUNTER_KEYS:
-            self.base[key] = int(state["counters"].get(key, 0))
-        restore_rng_state(state["rng"])
-        self.best_return = float(state.get("best_return", float("-inf")))
-        logger.info("resumed from %s at %d frames, %d updates", path, self.base["frames"], self.base["updates"])
 
     def _create_shared_memory(self) -> None:
         cfg = self.cfg
@@ -317,7 +195,7 @@ class Trainer:
         assert self.ring_segment is not None and self.weights_segment is not None
         return CollectorArgs(
             slot=slot,
-            config=self.cfg.to_dict(),
+            config=self.cfg,
             ring_name=self.ring_segment.name,
             weights_name=self.weights_segment.name,
             parent_pid=os.getpid(),
@@ -326,16 +204,17 @@ class Trainer:
         )
 
     # -- counters -------------------------------------------------------------------------
-    def total(self, key: str) -> int:
+    def total(self, key: CounterKey) -> int:
         return self.base[key] + self.counters[key]
 
     def _collector_totals(self) -> None:
         assert self.ring is not None
         frames = steps = episodes = 0
         for slot in self.ring.slots:
-            frames += int(slot.header[R.FRAMES])
-            steps += int(slot.header[R.STEPS])
-            episodes += int(slot.header[R.EPISODES])
+            counters = slot.counters
+            frames += counters.frames
+            steps += counters.steps
+            episodes += counters.episodes
         self.counters["frames"], self.counters["steps"], self.counters["episodes"] = frames, steps, episodes
 
     def _insert(self, stream: int, records: np.ndarray) -> None:
@@ -436,146 +315,39 @@ class Trainer:
         if not self.train_enabled or cfg.eval_interval_s <= 0:
             return
         assert self.weights_segment is not None and self.monitor is not None
-        self.evaluator = Evaluator(
-            cfg,
-            self.paths.root,
-            self.weights_segment.name,
-            interval_s=cfg.eval_interval_s,
-            episodes=cfg.eval_episodes,
-            max_steps=cfg.eval_max_steps,
-        )
-        self.evaluator.start()
-        self.monitor.announce(
-            f"evaluator: {cfg.eval_episodes} greedy episode(s) every {cfg.eval_interval_s:g} s, "
-            f"best video in {self.paths.root / 'videos'}"
-        )
-
-    def _poll_evaluator(self) -> None:
-        """Take finished evaluations (never blocks); report a dead evaluator once."""
-        if self.evaluator is None:
-            return
-        for result in self.evaluator.poll():
-            self.evaluations += 1
-            self.last_eval = result
-            self.eval_seconds["wall"] += float(result.get("eval_s", 0.0))
-            self.eval_seconds["cpu"] += float(result.get("cpu_s", 0.0))
-            if self.monitor is not None:
-                best = f"; new best -> {result['video']}" if result.get("video") else ""
-                self.monitor.announce(
-                    f"evaluation of weights v{result['weights_version']} (update {result['learner_step']}): "
-                    f"return {result['mean_return']:.1f}, x_pos {result['mean_x_pos']:.0f}, "
-                    f"flag rate {result['flag_rate']:.2f}{best}"
-                )
-        code = self.evaluator.exitcode
-        if code is not None and not self._evaluator_exit_reported and not self._stopping():
-            self._evaluator_exit_reported = True
-            message = (
-                f"evaluator exited with code {code}; training goes on without it "
-                f"(see {self.paths.logs / 'evaluator.log'})"
-            )
-            if self.monitor is not None and self.monitor.mode != "off":
-                self.monitor.announce(message)  # a log line, or a line under the live table
-            else:
-                logger.error(message)
+        self.evaluations.start(cfg, self.paths.root, self.weights_segment.name, self.monitor)
 
     def _stopping(self) -> bool:
         return self.stop_event is not None and self.stop_event.is_set()
 
-    def _eval_gauges(self) -> dict[str, float]:
-        last = self.last_eval or {}
-        nan = float("nan")
-        gauges = {
-            "evaluations": float(self.evaluations),
-            "eval_return": float(last.get("mean_return", nan)),
-            "eval_x_pos": float(last.get("mean_x_pos", nan)),
-            "eval_max_x_pos": float(last.get("max_x_pos", nan)),
-            "eval_flag_rate": float(last.get("flag_rate", nan)),
-            "eval_length": float(last.get("mean_length", nan)),
-            "eval_best_return": float(last.get("best_return", nan)),
-            "eval_weights_version": float(last.get("weights_version", nan)),
-            "eval_s": float(last.get("eval_s", nan)),
-            "eval_cpu_s": float(last.get("cpu_s", nan)),
-            "eval_wall_s_total": self.eval_seconds["wall"],
-            "eval_cpu_s_total": self.eval_seconds["cpu"],
-        }
-        if self.evaluator is not None:
-            from pipeline.run.procstats import process_stats
-
-            stats = process_stats(self.evaluator.pid if self.evaluator.alive else None)
-            gauges["evaluator_cpu_pct"] = stats["cpu_pct"]
-            gauges["evaluator_rss_mb"] = stats["rss_mb"]
-        return gauges
-
     # -- monitor snapshot -----------------------------------------------------------------
     def snapshot(self) -> Snapshot:
-        from pipeline.run.procstats import process_stats
-
         assert self.ring is not None and self.weights is not None and self.supervisor is not None
+        assert self.consolidator is not None
         self._collector_totals()
-        counters = {k: float(self.total(k)) for k in COUNTER_KEYS}
-        collectors = []
-        pending = 0
-        slot_counters = [slot.counters() for slot in self.ring.slots]
-        for c in slot_counters:
-            pending += c["write_seq"] - c["read_seq"]
-            for name, _ in R.PHASES:
-                counters[f"collector_{name}_ns"] = counters.get(f"collector_{name}_ns", 0.0) + c[f"{name}_ns"]
-        for i in range(self.cfg.num_processes):
-            mine = [slot_counters[j] for j in self._slots_of(i)]
-            home = mine[0]
-            proc = self.supervisor.states[i].process
-            stats = process_stats(proc.pid if proc is not None and proc.is_alive() else None)
-            collectors.append(
-                {
-                    "frames": sum(c["frames"] for c in mine),
-                    "steps": sum(c["steps"] for c in mine),
-                    "weights_version": home["weights_version"],
-                    "weights_lag": self.weights.version - home["weights_version"],
-                    "restarts": self.supervisor.states[i].restarts,
-                    "env_errors": sum(c["env_errors"] for c in mine),
-                    **stats,
-                    **{f"{name}_ns": home[f"{name}_ns"] for name, _ in R.PHASES},
-                }
-            )
-        for name, ns in self.learner_ns.items():
-            counters[f"learner_{name}_ns"] = float(ns)
-        metrics = self.learner.pop_metrics()
+        slots = copy_slot_counters(self.ring)
+        slots_of = [self._slots_of(i) for i in range(self.cfg.num_processes)]
+        collectors = collector_rows(slots, slots_of, self.supervisor, self.weights.version)
         episodes = list(self.consolidator.episodes)[-100:]
         gauges = {
             "replay_size": float(len(self.replay)),
             "epsilon": self.epsilon(),
             "weights_version": float(self.weights.version),
-            "ring_fill_pct": 100.0 * pending / (self.cfg.ring_capacity * self.num_streams),
+            "ring_fill_pct": ring_fill_pct(slots, self.cfg.ring_capacity),
             "restarts": float(self.supervisor.restarts),
-            "env_errors": float(sum(c["env_errors"] for c in slot_counters)),
+            "env_errors": float(sum(c.env_errors for c in slots)),
             "collectors_alive": float(self.supervisor.alive()),
             "bad_episode_records": float(self.consolidator.bad_episode_records),
             "poll_gap_ms": 1000.0 * self.consolidator.reset_gap(),
-            "loss": metrics.get("loss", float("nan")),
-            "td_error": metrics.get("td_abs", float("nan")),
-            "mean_q": metrics.get("q_mean", float("nan")),
-            "grad_norm": metrics.get("grad_norm", float("nan")),
-            "episode_return": float(np.mean([e.ret for e in episodes])) if episodes else float("nan"),
-            "episode_x_pos": float(np.mean([e.x_pos for e in episodes])) if episodes else float("nan"),
-            "flag_rate": float(np.mean([e.flag_get for e in episodes])) if episodes else float("nan"),
-            "episode_length": float(np.mean([e.length for e in episodes])) if episodes else float("nan"),
+            **learning_gauges(self.learner.pop_metrics(), episodes),
         }
-        self._poll_evaluator()
-        gauges.update(self._eval_gauges())
-        gauges["collectors_rss_mb"] = float(sum(c["rss_mb"] for c in collectors))
-        gauges["collectors_cpu_pct"] = float(sum(c["cpu_pct"] for c in collectors))
-        learner_stats = process_stats(os.getpid())
-        gauges["learner_cpu_pct"] = learner_stats["cpu_pct"]
-        gauges["learner_rss_mb"] = learner_stats["rss_mb"]
-        if self.device.type == "cuda":
-            gauges["gpu_mem_mb"] = torch.cuda.memory_allocated(self.device) / 2**20
-            try:
-                gauges["gpu_util_pct"] = float(torch.cuda.utilization(self.device))
-            except Exception:  # noqa: BLE001 - needs pynvml; memory is still shown
-                pass
+        self.evaluations.poll(self.monitor, stopping=self._stopping(), log_path=self.paths.logs / "evaluator.log")
+        gauges.update(self.evaluations.gauges())
+        gauges.update(process_gauges(collectors, self.device))
+        totals = {key: self.total(key) for key in COUNTER_KEYS}
         return Snapshot(
             time=time.monotonic() - self._t0,
-            counters=counters,
+            counters=snapshot_counters(totals, slots, self.learner_ns),
             gauges=gauges,
             collectors=collectors,
             startup=dict(self.startup),
@@ -583,33 +355,16 @@ class Trainer:
 
     # -- checkpoints ----------------------------------------------------------------------
     def save(self, *, final: bool) -> Path:
+        """A periodic (or the final) checkpoint, and best.pt when the rolling return is the best yet."""
         self._collector_totals()
-        counters = {k: self.total(k) for k in COUNTER_KEYS}
-        payload: dict[str, Any] = {
-            "learner": self.learner.state_dict(),
-            "counters": counters,
-            "config": self.cfg.to_dict(),
-            "num_actions": self.num_actions,
-            "rng": capture_rng_state(),
-        }
-        path = self.paths.checkpoints / checkpoint_name(counters["frames"])
-        save_checkpoint(path, payload)
-        # best.pt: the weights behind the best rolling training return so far.
-        score = self._rolling_return()
-        if score is not None and score > self.best_return:
-            self.best_return = score
-            payload["best_return"] = score
-            save_checkpoint(self.paths.checkpoints / "best.pt", payload)
-        rotate_checkpoints(self.paths.checkpoints, self.cfg.keep_checkpoints, self.paths.checkpoints / "best.pt")
+        totals = {k: self.total(k) for k in COUNTER_KEYS}
+        payload = checkpoint_payload(self.learner, totals, self.cfg, self.num_actions)
+        score = rolling_return(self.consolidator.episodes if self.consolidator is not None else ())
+        path = self.checkpoints.save(payload, totals["frames"], score)
         self._last_checkpoint_t = time.monotonic()
         if final:
             self.final_checkpoint = path
         return path
-
-    def _rolling_return(self, min_episodes: int = 10) -> float | None:
-        if self.consolidator is None or len(self.consolidator.episodes) < min_episodes:
-            return None
-        return float(np.mean([e.ret for e in list(self.consolidator.episodes)[-100:]]))
 
     # -- run ------------------------------------------------------------------------------
     def request_stop(self, reason: str) -> None:
@@ -671,9 +426,7 @@ class Trainer:
             self.weights.request_stop()
         if self.supervisor is not None:
             self.supervisor.stop()
-        if self.evaluator is not None:
-            # It also saw the stop flag; an evaluation in flight is abandoned, not waited for.
-            self.evaluator.stop(timeout_s=10)
+        self.evaluations.stop(timeout_s=10)
         try:
             if self.ring is not None and getattr(self, "learner", None) is not None:
                 if self.consolidator is not None:
@@ -694,36 +447,21 @@ class Trainer:
     def _write_summary(self) -> None:
         """summary.json: what this process did, for benchmarks and scripts."""
         assert self.supervisor is not None
-        summary = {
-            "elapsed_s": time.monotonic() - self._t0,
-            "stop_reason": self.stop_reason,
-            "startup_s": self.startup,
-            "counters": {k: self.total(k) for k in COUNTER_KEYS},
-            "this_process": dict(self.counters),
-            "restarts": self.supervisor.restarts,
-            # Exactly-once accounting: after the final drain, every committed record of every
-            # slot was consumed once and inserted into replay once.
-            "slots": [
-                {
-                    "write_seq": int(slot.header[R.WRITE_SEQ]),
-                    "read_seq": int(slot.header[R.READ_SEQ]),
-                    "consumed": int(self.consolidator.records[i]) if self.consolidator else 0,
-                    "starts": int(slot.header[R.STARTS]),
-                    "env_errors": int(slot.header[R.ENV_ERRORS]),
-                }
-                for i, slot in enumerate(self.ring.slots)
-            ]
-            if self.ring is not None
-            else [],
-            "replay_inserted": self.replay.inserted,
-            "bad_episode_records": self.consolidator.bad_episode_records if self.consolidator else 0,
-            "learner_phase_s": {k: v / 1e9 for k, v in self.learner_ns.items()},
-            "compiled": bool(getattr(self.learner, "compiled", False)),
-            "amp_dtype": str(getattr(self.learner, "amp_dtype", None)),
-            "final_checkpoint": str(self.final_checkpoint) if self.final_checkpoint else "",
-            "evaluations": self.evaluations,
-            "last_evaluation": self.last_eval,
-        }
+        summary = run_summary(
+            elapsed_s=time.monotonic() - self._t0,
+            stop_reason=self.stop_reason,
+            startup=self.startup,
+            totals={k: self.total(k) for k in COUNTER_KEYS},
+            this_process=self.counters,
+            supervisor=self.supervisor,
+            ring=self.ring,
+            consolidator=self.consolidator,
+            replay_inserted=self.replay.inserted,
+            learner=self.learner,
+            learner_ns=self.learner_ns,
+            final_checkpoint=self.final_checkpoint,
+            evaluations=self.evaluations,
+        )
         (self.paths.root / "summary.json").write_text(json.dumps(summary, indent=2))
 
     def _release_shared_memory(self) -> None:

@@ -12,6 +12,12 @@ transition records (:mod:`pipeline.transport.records`) and the msgpack episode s
 (:mod:`pipeline.transport.episodes`). The producer is one collector process, the consumer the
 learner's consolidator.
 
+The producer lines of the slot header also hold the producer's counters (frames, steps,
+episodes, heartbeat, PID, weights version, per-phase nanoseconds...), which the learner
+reads without any message passing. The word indices below are the layout; code
+outside this module should read and write them by name, through :class:`SlotCounters`
+(``slot.counters``).
+
 Protocol (the invariants the tests hold):
 
 1. The producer writes the record at ``write_seq % capacity``, then (and only then)
@@ -35,8 +41,10 @@ separate C call, so the compiler cannot reorder them either. On a weakly ordered
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Final, Literal, get_args, overload
 
 import numpy as np
 
@@ -67,12 +75,14 @@ STATE = 14  # see STATE_* below
 # Consumer-side word (own cache line).
 READ_SEQ = CONSUMER_OFFSET // 8
 
-PHASES: tuple[tuple[str, int], ...] = (
-    ("emulate", EMULATE_NS),
-    ("preprocess", PREPROCESS_NS),
-    ("infer", INFER_NS),
-    ("write", WRITE_NS),
-    ("stall", STALL_NS),
+# Where a collector's time goes; each phase has a nanosecond counter in the slot header.
+# emulate: env stepping and resets minus preprocessing; preprocess: the observation
+# wrappers; infer: the acting forward pass; write: ring and episode writes; stall: waiting
+# on a full ring. Plain strings (not an Enum) so they stay plain in CSV, JSON and pickles.
+CollectorPhase = Literal["emulate", "preprocess", "infer", "write", "stall"]
+COLLECTOR_PHASES: Final[tuple[CollectorPhase, ...]] = get_args(CollectorPhase)
+PHASE_WORDS: Final[Mapping[CollectorPhase, int]] = MappingProxyType(
+    dict(zip(COLLECTOR_PHASES, (EMULATE_NS, PREPROCESS_NS, INFER_NS, WRITE_NS, STALL_NS), strict=True))
 )
 
 STATE_EMPTY, STATE_STARTING, STATE_RUNNING, STATE_STOPPED, STATE_FAILED = range(5)
@@ -86,19 +96,105 @@ class RingStopped(Exception):
     """Raised to a producer waiting on a full ring when it was asked to stop."""
 
 
+class _Word:
+    """One u64 header word as an ``int`` attribute of :class:`SlotCounters`.
+
+    A get is one load and a set one store of the aligned word, exactly what indexing the
+    header does, so the protocol's atomicity and ordering (above) are unchanged.
+    """
+
+    __slots__ = ("index",)
+
+    def __init__(self, index: int) -> None:
+        self.index = index
+
+    @overload
+    def __get__(self, counters: None, owner: type | None = None) -> _Word: ...
+    @overload
+    def __get__(self, counters: SlotCounters, owner: type | None = None) -> int: ...
+    def __get__(self, counters: SlotCounters | None, owner: type | None = None) -> int | _Word:
+        return self if counters is None else int(counters.words[self.index])
+
+    def __set__(self, counters: SlotCounters, value: int) -> None:
+        counters.words[self.index] = value
+
+
+class _ReadOnlyWord(_Word):
+    """A word the view only reads: the sequence numbers, which :class:`SpscRing` alone moves."""
+
+    __slots__ = ()
+
+    def __set__(self, counters: SlotCounters, value: int) -> None:
+        raise AttributeError(f"header word {self.index} is moved by SpscRing only")
+
+
+class SlotCounters:
+    """The producer's counters in a slot header, by name: a typed view over its u64 words.
+
+    ``slot.counters`` views the live shared memory (the collector stores through it, the
+    supervisor reads it); :meth:`snapshot` is a private copy of the whole header, taken with
+    one read of each word, for readers that want figures from one instant (the monitor).
+    Accessing a field allocates nothing beyond the int it returns.
+    """
+
+    __slots__ = ("words",)
+
+    write_seq = _ReadOnlyWord(WRITE_SEQ)
+    read_seq = _ReadOnlyWord(READ_SEQ)
+    frames = _Word(FRAMES)  # emulator frames stepped
+    steps = _Word(STEPS)  # agent steps taken
+    episodes = _Word(EPISODES)  # episodes finished
+    heartbeat_ns = _Word(HEARTBEAT_NS)  # time.monotonic_ns() of the producer's latest sign of life
+    weights_version = _Word(WEIGHTS_VERSION)  # version of the published weights it acts with
+    pid = _Word(PID)
+    starts = _Word(STARTS)  # producer starts on this slot (a restart adds one)
+    env_errors = _Word(ENV_ERRORS)  # environment exceptions caught and recovered from
+    state = _Word(STATE)  # one of STATE_*
+
+    def __init__(self, words: np.ndarray) -> None:
+        self.words = words  # the slot header's u64 words (or a copy of them)
+
+    @property
+    def pending(self) -> int:
+        """Records committed and not yet consumed."""
+        return self.write_seq - self.read_seq
+
+    def beat(self) -> None:
+        """Store a heartbeat: the producer is alive (the supervisor kills a silent one)."""
+        self.words[HEARTBEAT_NS] = time.monotonic_ns()
+
+    def phase_ns(self, phase: CollectorPhase) -> int:
+        return int(self.words[PHASE_WORDS[phase]])
+
+    def set_phase_ns(self, phase: CollectorPhase, ns: int) -> None:
+        self.words[PHASE_WORDS[phase]] = ns
+
+    def add_phase_ns(self, phase: CollectorPhase, ns: int) -> None:
+        word = PHASE_WORDS[phase]
+        self.words[word] = int(self.words[word]) + ns
+
+    def phases_ns(self) -> dict[CollectorPhase, int]:
+        """Every phase's nanoseconds, in :data:`COLLECTOR_PHASES` order."""
+        return {phase: int(self.words[word]) for phase, word in PHASE_WORDS.items()}
+
+    def snapshot(self) -> SlotCounters:
+        """A view over a private copy of the header (one read of each word)."""
+        return SlotCounters(self.words.copy())
+
+
 class SpscRing:
     """One single-producer single-consumer ring of fixed-size cells over shared memory.
 
-    ``header`` is the slot's u64 header view (write_seq at WRITE_SEQ, read_seq at
+    ``header`` is the ring's u64 header view (write_seq at WRITE_SEQ, read_seq at
     READ_SEQ); ``cells`` is a structured numpy view of ``capacity`` cells.
     """
 
-    def __init__(self, header: np.ndarray, cells: np.ndarray, stats: np.ndarray | None = None) -> None:
+    def __init__(self, header: np.ndarray, cells: np.ndarray, stats: SlotCounters | None = None) -> None:
         self.header = header
         self.cells = cells
         self.capacity = len(cells)
-        # Where stall time and heartbeats go: the slot header, also for the episode ring.
-        self.stats = header if stats is None else stats
+        # Where stall time and heartbeats go: the slot's counters, also for the episode ring.
+        self.stats = SlotCounters(header) if stats is None else stats
 
     # -- producer ---------------------------------------------------------------------
     def wait_for_space(self, should_stop: Callable[[], bool] | None = None) -> int:
@@ -110,12 +206,12 @@ class SpscRing:
         checks = 0
         while int(header[WRITE_SEQ]) - int(header[READ_SEQ]) >= self.capacity:
             time.sleep(0.0002)
-            self.stats[HEARTBEAT_NS] = time.monotonic_ns()  # stalled, not hung
+            self.stats.beat()  # stalled, not hung
             checks += 1
             if should_stop is not None and checks % 50 == 0 and should_stop():
                 raise RingStopped
         stalled = time.monotonic_ns() - start
-        self.stats[STALL_NS] = int(self.stats[STALL_NS]) + stalled
+        self.stats.add_phase_ns("stall", stalled)
         return stalled
 
     def next_cell(self) -> np.void:
@@ -185,35 +281,19 @@ class Slot:
         base = BLOCK_HEADER_BYTES + index * layout.slot_bytes
         self.index = index
         self.header = np.frombuffer(buf, np.uint64, SLOT_HEADER_BYTES // 8, base)
+        self.counters = SlotCounters(self.header)
         self.transitions = SpscRing(
             self.header,
             np.frombuffer(buf, RECORD_DTYPE, layout.capacity, base + SLOT_HEADER_BYTES),
+            stats=self.counters,
         )
         episode_base = base + SLOT_HEADER_BYTES + layout.transitions_bytes
         self.episode_header = np.frombuffer(buf, np.uint64, SLOT_HEADER_BYTES // 8, episode_base)
         self.episodes = SpscRing(
             self.episode_header,
             np.frombuffer(buf, EPISODE_CELL_DTYPE, layout.episode_cells, episode_base + SLOT_HEADER_BYTES),
-            stats=self.header,
+            stats=self.counters,
         )
-
-    def counters(self) -> dict[str, int]:
-        """A copy of the producer's counters (one read of each word)."""
-        h = self.header.copy()
-        return {
-            "write_seq": int(h[WRITE_SEQ]),
-            "read_seq": int(h[READ_SEQ]),
-            "frames": int(h[FRAMES]),
-            "steps": int(h[STEPS]),
-            "episodes": int(h[EPISODES]),
-            "heartbeat_ns": int(h[HEARTBEAT_NS]),
-            "weights_version": int(h[WEIGHTS_VERSION]),
-            "pid": int(h[PID]),
-            "starts": int(h[STARTS]),
-            "env_errors": int(h[ENV_ERRORS]),
-            "state": int(h[STATE]),
-            **{f"{name}_ns": int(h[idx]) for name, idx in PHASES},
-        }
 
 
 class TransitionRing:

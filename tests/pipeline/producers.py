@@ -145,7 +145,7 @@ def _busy(iterations: int) -> int:
 
 
 def ring_producer(ring_name: str, slot: int, producer: int, total: int, mode: str = "fields", work: int = 0) -> None:
-    """Write records ``header[WRITE_SEQ] .. total - 1`` into ``slot`` the way a collector does.
+    """Write records ``write_seq .. total - 1`` into ``slot`` the way a collector does.
 
     Continues from the slot's ``write_seq``, so a producer restarted after SIGKILL carries
     on the numbering. ``mode``:
@@ -160,11 +160,11 @@ def ring_producer(ring_name: str, slot: int, producer: int, total: int, mode: st
 
 
 def _produce(slot_view: R.Slot, producer: int, total: int, mode: str, work: int) -> None:
-    header = slot_view.header
+    counters = slot_view.counters
     transitions = slot_view.transitions
-    header[R.PID] = os.getpid()
-    header[R.STARTS] = int(header[R.STARTS]) + 1
-    seq = int(header[R.WRITE_SEQ])
+    counters.pid = os.getpid()
+    counters.starts += 1
+    seq = counters.write_seq
     chunk = 256
     while seq < total:
         block = expected_records(producer, np.arange(seq, min(total, seq + chunk)))
@@ -193,7 +193,7 @@ def _produce(slot_view: R.Slot, producer: int, total: int, mode: str, work: int)
             else:
                 raise ValueError(mode)
             transitions.commit()
-            header[R.HEARTBEAT_NS] = time.monotonic_ns()
+            counters.beat()
             seq += 1
 
 
@@ -342,13 +342,13 @@ def noop() -> None:
 # ------------------------------------------------------------------------ supervised targets
 def supervised_target(args) -> None:
     """A Supervisor target shaped like collector_main: attaches the ring and weights
-    segments, writes PID / STARTS / STATE / heartbeats into its slot header.
+    segments, writes PID / STARTS / STATE / heartbeats into its slot's counters.
 
-    ``args.config["mode"]``: ``"run"`` heartbeats (and writes a record now and then)
+    ``args.fault`` picks its behaviour: ``""`` heartbeats (and writes a record now and then)
     until the weights stop word is set or the parent is gone; ``"fail"`` registers its
     start and exits with code 3 at once; ``"ignore_stop"`` keeps heartbeating forever.
     """
-    mode = args.config.get("mode", "run")
+    mode = args.fault or "run"
     weights_segment = attach_segment(args.weights_name)
     try:
         with attached_ring(args.ring_name) as ring:
@@ -361,19 +361,19 @@ def supervised_target(args) -> None:
 
 def _supervised(slot_view: R.Slot, weights_segment, args, mode: str) -> int:
     stop_word = np.frombuffer(weights_segment.buf, np.uint64, 8, 0)
-    header = slot_view.header
-    header[R.PID] = os.getpid()
-    header[R.STARTS] = int(header[R.STARTS]) + 1
-    header[R.STATE] = R.STATE_STARTING
-    header[R.HEARTBEAT_NS] = time.monotonic_ns()
+    counters = slot_view.counters
+    counters.pid = os.getpid()
+    counters.starts += 1
+    counters.state = R.STATE_STARTING
+    counters.beat()
     if mode == "fail":
-        header[R.STATE] = R.STATE_FAILED
+        counters.state = R.STATE_FAILED
         return 3
-    header[R.STATE] = R.STATE_RUNNING
+    counters.state = R.STATE_RUNNING
     transitions = slot_view.transitions
     ticks = 0
     while True:
-        header[R.HEARTBEAT_NS] = time.monotonic_ns()
+        counters.beat()
         if os.getppid() != args.parent_pid:
             break
         if mode != "ignore_stop" and stop_word[WEIGHTS_STOP_WORD]:
@@ -381,10 +381,10 @@ def _supervised(slot_view: R.Slot, weights_segment, args, mode: str) -> int:
         ticks += 1
         if ticks % 5 == 0 and transitions.pending() < transitions.capacity:
             cell = transitions.next_cell()
-            cell["frame"][0, 0] = int(header[R.WRITE_SEQ]) % 256
+            cell["frame"][0, 0] = counters.write_seq % 256
             cell["action"] = args.slot
             transitions.commit()
-            header[R.STEPS] = int(header[R.STEPS]) + 1
+            counters.steps += 1
         time.sleep(0.01)
-    header[R.STATE] = R.STATE_STOPPED
+    counters.state = R.STATE_STOPPED
     return 0

@@ -114,7 +114,7 @@ def test_callable_sink_and_per_slot_limit():
         P.check_records(0, 0, got0)
         P.check_records(2, 0, np.concatenate([r for s, r in calls if s == 2]))
         assert all(s != 1 for s, _ in calls)
-        assert ring.slots[0].counters()["read_seq"] == 12
+        assert ring.slots[0].counters.read_seq == 12
 
 
 def test_max_gap_is_measured_and_reset():

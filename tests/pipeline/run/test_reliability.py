@@ -20,6 +20,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from pipeline.learning.checkpoint import load_checkpoint
 from pipeline.transport.segments import project_segments, run_tag
 from tests.conftest import wait_until
 from tests.pipeline.run.test_trainer import ROOT, checkpoints, read_csv
@@ -180,11 +181,7 @@ def test_killed_learner_leaves_segments_that_the_next_start_removes_and_resume_c
         proc.communicate(timeout=30)
     leaked = project_segments(run_tag(run))
     assert len(leaked) == 2, leaked  # the ring and the weights block of the dead learner
-    saved = json.loads(
-        json.dumps(
-            __import__("pipeline.learning.checkpoint").learning.checkpoint.load_checkpoint(checkpoints(run)[-1])["counters"]
-        )
-    )
+    saved = json.loads(json.dumps(load_checkpoint(checkpoints(run)[-1])["counters"]))
 
     target = saved["frames"] + 1500
     result = subprocess.run(

@@ -6,9 +6,9 @@ import os
 import signal
 import time
 
-import numpy as np
 import pytest
 
+from config import Config
 from pipeline.run import supervisor as S
 from pipeline.run.collector import CollectorArgs
 from pipeline.transport import ring as R
@@ -32,16 +32,18 @@ class Harness:
         self.supervisor = S.Supervisor(self.ring.slots, self.make_args, target=P.supervised_target, **kwargs)
 
     def make_args(self, index: int) -> CollectorArgs:
+        mode = self.modes[index]
         return CollectorArgs(
             slot=index,
-            config={"mode": self.modes[index]},
+            config=Config(),
             ring_name=self.ring_segment.name,
             weights_name=self.weights_segment.name,
             parent_pid=os.getpid(),
+            fault="" if mode == "run" else mode,  # the synthetic target's behaviour
         )
 
-    def header(self, index: int) -> np.ndarray:
-        return self.ring.slots[index].header
+    def counters(self, index: int) -> R.SlotCounters:
+        return self.ring.slots[index].counters
 
     def process(self, index: int):
         return self.supervisor.states[index].process
@@ -49,8 +51,8 @@ class Harness:
     def running(self, index: int) -> bool:
         """The current process of ``index`` has registered itself and is heartbeating."""
         process = self.process(index)
-        header = self.header(index)
-        return process is not None and int(header[R.PID]) == process.pid and int(header[R.STATE]) == R.STATE_RUNNING
+        counters = self.counters(index)
+        return process is not None and counters.pid == process.pid and counters.state == R.STATE_RUNNING
 
     def check_until(self, predicate, timeout_s: float, what: str, every_s: float = 0.05) -> None:
         deadline = time.monotonic() + timeout_s
@@ -97,7 +99,7 @@ def test_sigkilled_target_is_restarted_on_its_slot(harness):
     h.check_until(lambda: h.running(0) and h.running(1), 30, "targets to start")
     victim = h.process(0)
     old_pid = victim.pid
-    steps_before = int(h.header(0)[R.STEPS])
+    steps_before = h.counters(0).steps
     os.kill(old_pid, signal.SIGKILL)
     h.check_until(lambda: h.supervisor.restarts >= 1 and h.running(0), 30, "a restart")
     state = h.supervisor.states[0]
@@ -107,14 +109,14 @@ def test_sigkilled_target_is_restarted_on_its_slot(harness):
     assert any("collector 0" in e for e in h.supervisor.events)
     new = h.process(0)
     assert new.pid != old_pid and new.is_alive()
-    assert int(h.header(0)[R.PID]) == new.pid
-    assert int(h.header(0)[R.STARTS]) == 2
+    assert h.counters(0).pid == new.pid
+    assert h.counters(0).starts == 2
     # The untouched slot kept its first process.
-    assert h.supervisor.states[1].restarts == 0 and int(h.header(1)[R.STARTS]) == 1
+    assert h.supervisor.states[1].restarts == 0 and h.counters(1).starts == 1
     # The replacement carries on in the slot (it writes records and heartbeats).
-    beat = int(h.header(0)[R.HEARTBEAT_NS])
-    h.check_until(lambda: int(h.header(0)[R.HEARTBEAT_NS]) > beat, 10, "a fresh heartbeat")
-    assert int(h.header(0)[R.STEPS]) >= steps_before
+    beat = h.counters(0).heartbeat_ns
+    h.check_until(lambda: h.counters(0).heartbeat_ns > beat, 10, "a fresh heartbeat")
+    assert h.counters(0).steps >= steps_before
     assert h.supervisor.alive() == 2
 
 
@@ -143,8 +145,8 @@ def test_stopped_target_is_detected_by_heartbeat_and_replaced(harness):
     h.check_until(lambda: h.running(0), 30, "the replacement to run")
     replacement = h.process(0)
     assert replacement.pid != first.pid
-    assert int(h.header(0)[R.PID]) == replacement.pid
-    assert int(h.header(0)[R.STARTS]) == 2
+    assert h.counters(0).pid == replacement.pid
+    assert h.counters(0).starts == 2
     assert h.supervisor.restarts == 1
 
 
@@ -170,7 +172,7 @@ def test_failing_target_is_restarted_with_growing_backoff(harness):
     assert delays[2] > 0 and delays[3] > delays[2]
     assert delays[2:] == [1.0, 2.0]
     # During the backoff, however often check() runs, nothing is started.
-    starts = int(h.header(0)[R.STARTS])
+    starts = h.counters(0).starts
     assert starts == 4
     until = min(state.next_start_at - 0.2, time.monotonic() + 1.0)
     checks = 0
@@ -179,7 +181,7 @@ def test_failing_target_is_restarted_with_growing_backoff(harness):
         checks += 1
         time.sleep(0.005)
     assert checks > 10
-    assert state.process is None and int(h.header(0)[R.STARTS]) == starts
+    assert state.process is None and h.counters(0).starts == starts
     assert state.restarts == 4
 
 
@@ -198,7 +200,7 @@ def test_stop_ends_every_process(harness):
         assert not p.is_alive()
     # The cooperative ones finished cleanly; the one ignoring the flag was killed.
     assert [p.exitcode for p in processes] == [0, 0, -signal.SIGKILL]
-    assert [int(h.header(i)[R.STATE]) for i in range(2)] == [R.STATE_STOPPED] * 2
+    assert [h.counters(i).state for i in range(2)] == [R.STATE_STOPPED] * 2
     # After stop, check() starts nothing.
     h.supervisor.check()
     assert h.supervisor.alive() == 0 and all(s.process is None for s in h.supervisor.states)

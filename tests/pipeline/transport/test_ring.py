@@ -76,10 +76,10 @@ def test_exactly_once_in_order_with_slow_consumer_and_wraparound():
             assert sink.next_seq == [per_producer] * producers
             assert consolidator.records.tolist() == [per_producer] * producers
             for slot in ring.slots:
-                counters = slot.counters()
-                assert counters["write_seq"] == counters["read_seq"] == per_producer
-                assert counters["stall_ns"] > 0, "a producer facing a full ring must count stall time"
-                assert counters["starts"] == 1
+                counters = slot.counters
+                assert counters.write_seq == counters.read_seq == per_producer
+                assert counters.phase_ns("stall") > 0, "a producer facing a full ring must count stall time"
+                assert counters.starts == 1
             # Hundreds of wraparounds really happened.
             assert per_producer // capacity >= 300
         finally:
@@ -130,7 +130,7 @@ def _peek_release(ring):  # a function of its own, so no view outlives the segme
 def _mid_write(ring: R.TransitionRing, slot: int) -> bool:
     """Did the producer start writing the record it never committed?"""
     t = ring.slots[slot].transitions
-    write_seq = int(ring.slots[slot].header[R.WRITE_SEQ])
+    write_seq = ring.slots[slot].counters.write_seq
     cell = t.cells[write_seq % t.capacity : write_seq % t.capacity + 1]
     return int(P.record_seqs(cell)[0]) == write_seq
 
@@ -156,13 +156,13 @@ def _kill_and_restart(segment, ring, mode, work):
     try:
         while True:
             last = kills >= max_kills or (kills >= min_kills and mid_write_kills >= wanted_mid_write)
-            start_seq = int(slot.header[R.WRITE_SEQ])
+            start_seq = slot.counters.write_seq
             # A restarted producer continues from the slot's write_seq.
             total = start_seq + tail if last else 10**9
             proc = CTX.Process(target=P.ring_producer, args=(segment.name, 0, 0, total, mode, work))
             procs.append(proc)
             proc.start()
-            wait_until(lambda p=proc: int(slot.header[R.PID]) == p.pid, 60, "producer start", 0.001)
+            wait_until(lambda p=proc: slot.counters.pid == p.pid, 60, "producer start", 0.001)
             if last:
                 break
             kill_at = time.monotonic() + rng.uniform(0.02, 0.25)
@@ -178,13 +178,13 @@ def _kill_and_restart(segment, ring, mode, work):
             assert time.monotonic() < deadline, "the last producer did not finish"
             consolidator.poll()
         assert procs[-1].exitcode == 0
-        final_total = int(slot.header[R.WRITE_SEQ])
+        final_total = slot.counters.write_seq
         assert consolidator.poll() == 0
         # Contiguous from 0 with no gap or duplicate, and every byte as written
         # (CheckingSink checked each record's content and sequence number).
         assert sink.next_seq == [final_total] and consolidator.total_records == final_total
         assert final_total >= tail
-        assert int(slot.header[R.STARTS]) == kills + 1
+        assert slot.counters.starts == kills + 1
         # The test exercised what it claims: some kills hit a record being written.
         assert mid_write_kills >= 1, f"none of {kills} kills landed inside a write"
         print(f"{mode}: {kills} kills, {mid_write_kills} inside a write, {final_total} records")
@@ -238,7 +238,7 @@ def _check_layout(layout, segment, ring):
     ring.slots[1].transitions.cells[:]["frame"] = 255
     ring.slots[1].episodes.cells[:]["length"] = 0xFFFF
     for index in (0, 2):
-        assert ring.slots[index].counters()["write_seq"] == 0
+        assert ring.slots[index].counters.write_seq == 0
         assert not ring.slots[index].transitions.cells["frame"].any()
         assert not ring.slots[index].episodes.cells["length"].any()
 
@@ -293,3 +293,71 @@ def test_from_buffer_rejects_garbage():
         words = None
     finally:
         release(segment, unlink=True)
+
+
+# ------------------------------------------------------------------------ named counters
+FIELD_WORDS = {
+    "frames": R.FRAMES,
+    "steps": R.STEPS,
+    "episodes": R.EPISODES,
+    "heartbeat_ns": R.HEARTBEAT_NS,
+    "weights_version": R.WEIGHTS_VERSION,
+    "pid": R.PID,
+    "starts": R.STARTS,
+    "env_errors": R.ENV_ERRORS,
+    "state": R.STATE,
+}
+
+
+def test_slot_counters_name_exactly_their_layout_words():
+    """Each named counter reads and stores its own header word and nothing else."""
+    layout = R.RingLayout(num_slots=2, capacity=4, episode_cells=4)
+    ring = R.TransitionRing.initialise(memoryview(bytearray(layout.total_bytes)), layout)
+    try:
+        _check_named_counters(ring)
+    finally:
+        ring.close()
+
+
+def _check_named_counters(ring):
+    slot, other = ring.slots
+    counters = slot.counters
+    for value, (name, word) in enumerate(FIELD_WORDS.items(), start=101):
+        setattr(counters, name, value)
+        assert int(slot.header[word]) == value and getattr(counters, name) == value
+    assert R.COLLECTOR_PHASES == ("emulate", "preprocess", "infer", "write", "stall")
+    for value, phase in enumerate(R.COLLECTOR_PHASES, start=1):
+        counters.set_phase_ns(phase, 1000 * value)
+        counters.add_phase_ns(phase, value)
+        assert int(slot.header[R.PHASE_WORDS[phase]]) == counters.phase_ns(phase) == 1001 * value
+    assert counters.phases_ns() == {phase: 1001 * v for v, phase in enumerate(R.COLLECTOR_PHASES, start=1)}
+    # Distinct producer words, before the consumer line, apart from the sequence numbers.
+    words = [*FIELD_WORDS.values(), *R.PHASE_WORDS.values()]
+    assert len(set(words)) == len(words) and max(words) * 8 + 8 <= R.CONSUMER_OFFSET
+    assert R.WRITE_SEQ not in words and R.READ_SEQ not in words
+    assert not other.header.any() and not slot.episode_header.any()
+    # The sequence numbers are read by name and moved by the rings only.
+    slot.transitions.commit()
+    assert (counters.write_seq, counters.read_seq, counters.pending) == (1, 0, 1)
+    with pytest.raises(AttributeError):
+        counters.write_seq = 5
+    # A snapshot is a private copy.
+    copy = counters.snapshot()
+    counters.frames += 1
+    assert copy.frames == 101 and counters.frames == 102 and copy.phases_ns() == counters.phases_ns()
+
+
+def test_a_full_episode_ring_beats_the_slot_heartbeat():
+    """A producer stalled on its episode ring is alive: its heartbeat is the slot's."""
+    layout = R.RingLayout(num_slots=1, capacity=4, episode_cells=2)
+    ring = R.TransitionRing.initialise(memoryview(bytearray(layout.total_bytes)), layout)
+    try:
+        slot = ring.slots[0]
+        for _ in range(2):
+            slot.episodes.commit()
+        with pytest.raises(R.RingStopped):
+            slot.episodes.wait_for_space(lambda: True)
+        assert slot.counters.heartbeat_ns > 0
+        assert int(slot.episode_header[R.HEARTBEAT_NS]) == 0
+    finally:
+        ring.close()

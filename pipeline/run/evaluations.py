@@ -1,0 +1,95 @@
+"""The trainer's side of the evaluator process: start it, take its results, report them.
+
+The evaluator (:mod:`pipeline.run.evaluator`) plays greedy episodes with the published
+weights in a process of its own. Here, in the learner, its results are taken without
+ever blocking the event loop (once per monitor tick), announced, summed, and turned into
+the ``eval_*`` gauges of the monitor snapshot (:data:`~pipeline.run.monitor.EVAL_GAUGES`).
+An evaluator that dies is reported once; training goes on without it.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+from config import Config
+from pipeline.run.evaluator import Evaluator
+from pipeline.run.monitor import EVAL_RESULT_FIELDS, Monitor
+from pipeline.run.procstats import process_stats
+
+logger = logging.getLogger("mario.trainer")
+
+
+class Evaluations:
+    """The evaluator process of a run (if any) and what its evaluations reported so far."""
+
+    def __init__(self) -> None:
+        self.evaluator: Evaluator | None = None
+        self.last: dict[str, Any] | None = None  # the newest evaluation result
+        self.count = 0
+        self.seconds = {"wall": 0.0, "cpu": 0.0}  # summed over this process's evaluations
+        self._exit_reported = False
+
+    def start(self, cfg: Config, run_root: Path, weights_name: str, monitor: Monitor) -> None:
+        self.evaluator = Evaluator(
+            cfg,
+            run_root,
+            weights_name,
+            interval_s=cfg.eval_interval_s,
+            episodes=cfg.eval_episodes,
+            max_steps=cfg.eval_max_steps,
+        )
+        self.evaluator.start()
+        monitor.announce(
+            f"evaluator: {cfg.eval_episodes} greedy episode(s) every {cfg.eval_interval_s:g} s, "
+            f"best video in {run_root / 'videos'}"
+        )
+
+    def poll(self, monitor: Monitor | None, *, stopping: bool, log_path: Path) -> None:
+        """Take finished evaluations (never blocks); report a dead evaluator once.
+
+        While the run is ``stopping`` the evaluator exits on purpose, so that is not reported.
+        """
+        if self.evaluator is None:
+            return
+        for result in self.evaluator.poll():
+            self.count += 1
+            self.last = result
+            self.seconds["wall"] += float(result.get("eval_s", 0.0))
+            self.seconds["cpu"] += float(result.get("cpu_s", 0.0))
+            if monitor is not None:
+                best = f"; new best -> {result['video']}" if result.get("video") else ""
+                monitor.announce(
+                    f"evaluation of weights v{result['weights_version']} (update {result['learner_step']}): "
+                    f"return {result['mean_return']:.1f}, x_pos {result['mean_x_pos']:.0f}, "
+                    f"flag rate {result['flag_rate']:.2f}{best}"
+                )
+        code = self.evaluator.exitcode
+        if code is not None and not self._exit_reported and not stopping:
+            self._exit_reported = True
+            message = f"evaluator exited with code {code}; training goes on without it (see {log_path})"
+            if monitor is not None and monitor.mode != "off":
+                monitor.announce(message)  # a log line, or a line under the live table
+            else:
+                logger.error(message)
+
+    def gauges(self) -> dict[str, float]:
+        """The ``eval_*`` gauges (NaN before the first evaluation), then the evaluator
+        process's CPU and memory when there is one."""
+        last = self.last or {}
+        nan = float("nan")
+        gauges = {"evaluations": float(self.count)}
+        gauges.update({gauge: float(last.get(field, nan)) for gauge, field in EVAL_RESULT_FIELDS.items()})
+        gauges["eval_wall_s_total"] = self.seconds["wall"]
+        gauges["eval_cpu_s_total"] = self.seconds["cpu"]
+        if self.evaluator is not None:
+            stats = process_stats(self.evaluator.pid if self.evaluator.alive else None)
+            gauges["evaluator_cpu_pct"] = stats["cpu_pct"]
+            gauges["evaluator_rss_mb"] = stats["rss_mb"]
+        return gauges
+
+    def stop(self, timeout_s: float = 10) -> None:
+        if self.evaluator is not None:
+            # It also saw the stop flag; an evaluation in flight is abandoned, not waited for.
+            self.evaluator.stop(timeout_s=timeout_s)

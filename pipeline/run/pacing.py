@@ -1,0 +1,40 @@
+"""How fast the learner may go, and how greedy the collectors act: the trainer's pacing rules.
+
+- :class:`RateLimiter`: the replay ratio (samples drawn per inserted transition), held in
+  both directions between the train loop and the consolidator.
+- :func:`epsilon_at`: the exploration schedule, a linear decay over emulator frames.
+
+Pure arithmetic on counters, so the rules are tested without processes or torch.
+"""
+
+from __future__ import annotations
+
+from config import Config
+
+
+def epsilon_at(cfg: Config, frames: int) -> float:
+    """Epsilon after ``frames`` emulator frames: linear from start to end, then constant."""
+    fraction = min(1.0, frames / cfg.epsilon_decay_frames)
+    return cfg.epsilon_start + fraction * (cfg.epsilon_end - cfg.epsilon_start)
+
+
+class RateLimiter:
+    """Keeps samples drawn per inserted transition near ``ratio``, in both directions.
+
+    Sampling waits while the learner is ahead; consolidation (and so, through the full
+    ring, the collectors) waits while the learner is behind by more than ``slack``
+    samples. Before ``min_size`` transitions are stored, inserts are free.
+    """
+
+    def __init__(self, ratio: float, min_size: int, slack_samples: float) -> None:
+        self.ratio = ratio
+        self.min_size = min_size
+        self.slack = slack_samples
+
+    def can_sample(self, inserted: int, samples: int, batch: int) -> bool:
+        return inserted >= self.min_size and samples + batch <= (inserted - self.min_size) * self.ratio + batch
+
+    def can_insert(self, inserted: int, samples: int) -> bool:
+        if inserted < self.min_size:
+            return True
+        return (inserted - self.min_size) * self.ratio - samples <= self.slack

@@ -1,0 +1,84 @@
+"""A training run's checkpoints: what one holds, which one is the best, and resuming from one.
+
+- :func:`checkpoint_payload`: the learner, the run's counters, its settings and every RNG.
+- :class:`RunCheckpoints`: periodic and final ``ckpt-<frames>.pt`` files (the newest
+  ``keep`` kept) and ``best.pt``, the weights behind the best rolling training return.
+- :func:`resume_from`: puts a checkpoint's learner and RNG state back and returns its counters.
+
+The files themselves (atomic, safely loaded, rotated) are :mod:`pipeline.learning.checkpoint`'s.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from config import Config
+from pipeline.learning.checkpoint import (
+    capture_rng_state,
+    check_compatible,
+    checkpoint_name,
+    restore_rng_state,
+    rotate_checkpoints,
+    save_checkpoint,
+)
+from pipeline.learning.learner import Learner
+from pipeline.run.monitor import COUNTER_KEYS, CounterKey
+from pipeline.transport.episodes import EpisodeSummary
+
+BEST_NAME = "best.pt"
+# best.pt needs a return averaged over this many training episodes at least.
+MIN_EPISODES_FOR_BEST = 10
+ROLLING_EPISODES = 100
+
+
+def checkpoint_payload(
+    learner: Learner, totals: Mapping[CounterKey, int], cfg: Config, num_actions: int
+) -> dict[str, Any]:
+    return {
+        "learner": learner.state_dict(),
+        "counters": dict(totals),
+        "config": cfg.to_dict(),
+        "num_actions": num_actions,
+        "rng": capture_rng_state(),
+    }
+
+
+def rolling_return(episodes: Iterable[EpisodeSummary]) -> float | None:
+    """Mean return of the latest training episodes (None while there are too few)."""
+    episodes = list(episodes)
+    if len(episodes) < MIN_EPISODES_FOR_BEST:
+        return None
+    return float(np.mean([e.ret for e in episodes[-ROLLING_EPISODES:]]))
+
+
+class RunCheckpoints:
+    """The checkpoints of one run directory, and the best rolling return saved so far."""
+
+    def __init__(self, directory: Path, keep: int) -> None:
+        self.directory = directory
+        self.keep = keep
+        self.best_return = float("-inf")  # a resumed run carries on with its checkpoint's
+
+    def save(self, payload: dict[str, Any], frames: int, score: float | None) -> Path:
+        """Write ``ckpt-<frames>.pt``, and ``best.pt`` too when ``score`` beats the best so far."""
+        path = self.directory / checkpoint_name(frames)
+        save_checkpoint(path, payload)
+        if score is not None and score > self.best_return:
+            self.best_return = score
+            payload["best_return"] = score
+            save_checkpoint(self.directory / BEST_NAME, payload)
+        rotate_checkpoints(self.directory, self.keep, self.directory / BEST_NAME)
+        return path
+
+
+def resume_from(state: dict[str, Any], path: Path, learner: Learner) -> tuple[dict[CounterKey, int], float]:
+    """Load a checkpoint's learner and RNG state; return its counters and best return."""
+    check_compatible(learner.online, state["learner"]["online"], path)
+    learner.load_state_dict(state["learner"])
+    counters = {key: int(state["counters"].get(key, 0)) for key in COUNTER_KEYS}
+    restore_rng_state(state["rng"])
+    return counters, float(state.get("best_return", float("-inf")))

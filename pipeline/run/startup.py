@@ -1,0 +1,173 @@
+"""What a training run settles before it starts: where it writes, what it resumes, what it runs on.
+
+- :class:`RunPaths`: the run directory's layout (checkpoints, logs).
+- :func:`new_run_root`, :func:`resolve_resume`, :func:`latest_checkpoint`: the run
+  directory of a fresh run, or the checkpoint and directory that ``--resume`` names.
+- :func:`load_resume_checkpoint`: reads and checks that checkpoint before anything is
+  created, so a bad file leaves nothing behind.
+- :func:`resolve_device`: the torch device a ``device`` setting names.
+- :func:`seed_and_threads`, :func:`build_learner`, :func:`build_replay`,
+  :func:`warm_up_learner`: the learner process's torch settings, its learner (compiled and
+  warmed up before the collectors start) and its replay memory.
+
+Every failure is a :class:`TrainingError` (or a ``CheckpointError``) with one clear message.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+import envs
+from config import Config
+from models import QNetwork
+from pipeline.learning.checkpoint import CHECKPOINT_PATTERN, CheckpointError, check_compatible, load_checkpoint
+from pipeline.learning.learner import Learner, LearnerSettings
+from pipeline.learning.learner_choice import choose_learner
+from pipeline.learning.replay import ReplayMemory
+from pipeline.run.monitor import Monitor
+
+# What a checkpoint written by the trainer always holds (its "learner" also holds "online").
+RESUME_KEYS = frozenset({"learner", "counters", "rng", "config"})
+
+
+class TrainingError(Exception):
+    """A run cannot start or continue (bad checkpoint, unusable device...): one clear message."""
+
+
+@dataclass
+class RunPaths:
+    root: Path
+
+    @property
+    def checkpoints(self) -> Path:
+        return self.root / "checkpoints"
+
+    @property
+    def logs(self) -> Path:
+        return self.root / "logs"
+
+    def make(self) -> None:
+        self.checkpoints.mkdir(parents=True, exist_ok=True)
+        self.logs.mkdir(parents=True, exist_ok=True)
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise TrainingError("device='cuda' but no CUDA GPU is available; use --device cpu or --device auto")
+    return torch.device(name)
+
+
+def new_run_root(cfg: Config) -> Path:
+    """The directory of a fresh run: ``run_dir/run_name``, or a timestamped name."""
+    name = cfg.run_name or time.strftime("%Y%m%d-%H%M%S") + f"-{cfg.env_id}"
+    return Path(cfg.run_dir) / name
+
+
+def latest_checkpoint(directory: Path) -> Path | None:
+    """The periodic checkpoint with the most frames (the count is in its name)."""
+    found = [(int(m.group(1)), p) for p in directory.iterdir() if (m := CHECKPOINT_PATTERN.match(p.name))]
+    return max(found)[1] if found else None
+
+
+def resolve_resume(resume: str) -> tuple[Path, Path]:
+    """Map --resume (a checkpoint file or a run directory) to (checkpoint, run directory)."""
+    path = Path(resume)
+    if path.is_dir():
+        directory = path / "checkpoints" if (path / "checkpoints").is_dir() else path
+        found = latest_checkpoint(directory)
+        if found is None:
+            raise TrainingError(f"--resume {resume}: no checkpoint (ckpt-*.pt) found in {directory}")
+        path = found
+    elif not path.exists():
+        raise TrainingError(f"--resume {resume}: no such file or directory; pass a checkpoint or a run directory")
+    run_root = path.parent.parent if path.parent.name == "checkpoints" else path.parent
+    return path, run_root
+
+
+def load_resume_checkpoint(cfg: Config) -> tuple[Path, Path, dict[str, Any]]:
+    """The checkpoint ``cfg.resume`` names, its run directory, and its checked contents.
+
+    Raises ``CheckpointError`` for a file that is not a training checkpoint of this project
+    or whose network has another shape than ``cfg``'s (action set, dueling, frame stack).
+    """
+    path, root = resolve_resume(cfg.resume)
+    state = load_checkpoint(path)
+    missing = RESUME_KEYS - set(state)
+    if missing or "online" not in state.get("learner", {}):
+        raise CheckpointError(
+            f"{path}: not a training checkpoint of this project (missing "
+            f"{', '.join(sorted(missing)) or 'learner.online'}); pass a ckpt-*.pt "
+            f"file or a run directory written by main.py"
+        )
+    probe = QNetwork(envs.num_actions(cfg.env_id, cfg.action_set), cfg.frame_stack, cfg.dueling)
+    check_compatible(probe, state["learner"]["online"], path)
+    return path, root, state
+
+
+def seed_and_threads(cfg: Config) -> None:
+    """Seed torch and numpy, and give the learner the cores the collectors leave (at least one)."""
+    threads = cfg.learner_threads or max(1, (os.cpu_count() or 1) - cfg.num_processes)
+    torch.set_num_threads(threads)
+    torch.manual_seed(cfg.seed)
+    np.random.seed(cfg.seed)
+
+
+def build_learner(cfg: Config, num_actions: int, device: torch.device) -> Learner:
+    # compile and amp are "on"/"off" settings, not bools; main.py has already replaced
+    # "auto" by the fastest measured variant, and a Config made in code that still says
+    # "auto" gets the same (cached) choice here.
+    choice = choose_learner(cfg, str(device))
+    return Learner(
+        num_actions,
+        LearnerSettings(
+            learning_rate=cfg.learning_rate,
+            adam_eps=cfg.adam_eps,
+            grad_clip=cfg.grad_clip,
+            grad_accum=cfg.grad_accum,
+            target_sync_updates=cfg.target_sync_updates,
+            dueling=cfg.dueling,
+            frame_stack=cfg.frame_stack,
+            compile=choice.compile,
+            amp=choice.amp,
+            device=str(device),
+        ),
+    )
+
+
+def build_replay(cfg: Config, num_streams: int, device: torch.device) -> ReplayMemory:
+    """The replay memory, one stream per ring slot; it computes the n-step returns and discounts."""
+    return ReplayMemory(
+        cfg.replay_capacity,
+        num_streams,
+        frame_stack=cfg.frame_stack,
+        n_step=cfg.n_step,
+        gamma=cfg.gamma,
+        device=device,
+        seed=cfg.seed,
+    )
+
+
+def warm_up_learner(learner: Learner, cfg: Config, device: torch.device, monitor: Monitor) -> float:
+    """Compile and warm up the learner (announced on the monitor); returns the seconds it took.
+
+    Runs before the collectors start, so compilation does not compete with them for the CPU.
+    """
+    monitor.announce(
+        f"startup: warming up the learner on {device} (compile={cfg.compile}, "
+        f"amp={cfg.amp}, batch {cfg.batch_size}); the monitor's clock starts after it"
+    )
+    seconds = learner.warmup(cfg.batch_size)
+    monitor.startup_reported.add("compile+warm-up")  # announced just below
+    monitor.announce(
+        f"startup: compile+warm-up done in {seconds:.1f} s (compiled={learner.compiled}, amp={learner.amp_dtype})"
+    )
+    return seconds
