@@ -3,9 +3,8 @@
 ``producers`` spawn processes flood their ring slots with full-size records (a pre-built
 record array; one record copy + commit per record, i.e. a collector's write without an
 environment). The test process runs the real :class:`~pipeline.run.consolidator.Consolidator`
-``run()`` coroutine into a real :class:`pipeline.learning.replay.ReplayMemory` on the CPU (or, if
-that cannot be imported, a numpy sink doing the same per-field copies) and counts what it
-consumed during ``seconds`` after a 1 s warm-up.
+``run()`` coroutine into a real :class:`pipeline.learning.replay.ReplayMemory` on the CPU and
+counts what it consumed during ``seconds`` after a 1 s warm-up.
 
 Run::
 
@@ -55,8 +54,8 @@ def _flood(slot: R.Slot, stop, seed: int) -> None:
     records["frame"] = rng.integers(0, 256, (PREBUILT_RECORDS, *FRAME_SHAPE), np.uint8)
     records["reward"] = rng.standard_normal(PREBUILT_RECORDS).astype(np.float32)
     records["action"] = rng.integers(0, 12, PREBUILT_RECORDS)
-    header = slot.header
-    header[R.PID] = os.getpid()
+    counters = slot.counters
+    counters.pid = os.getpid()
     transitions = slot.transitions
     cells = transitions.cells
     capacity = transitions.capacity
@@ -66,11 +65,11 @@ def _flood(slot: R.Slot, stop, seed: int) -> None:
     try:
         while True:
             wait_for_space(should_stop)
-            cells[int(header[R.WRITE_SEQ]) % capacity] = records[written % PREBUILT_RECORDS]
+            cells[counters.write_seq % capacity] = records[written % PREBUILT_RECORDS]
             commit()
             written += 1
             if written % STOP_CHECK_RECORDS == 0:
-                header[R.HEARTBEAT_NS] = time.monotonic_ns()
+                counters.beat()
                 if should_stop():
                     return
     except R.RingStopped:
@@ -78,37 +77,10 @@ def _flood(slot: R.Slot, stop, seed: int) -> None:
 
 
 # ------------------------------------------------------------------------ sinks
-class NumpyCopySink:
-    """Fallback sink: per-stream circular arrays, per-field copies like ReplayMemory's CPU path."""
-
-    def __init__(self, streams: int, per_stream: int = SINK_RECORDS_PER_STREAM) -> None:
-        self.per_stream = per_stream
-        self.frames = np.zeros((streams, per_stream, *FRAME_SHAPE), np.uint8)
-        self.actions = np.zeros((streams, per_stream), np.uint8)
-        self.rewards = np.zeros((streams, per_stream), np.float32)
-        self.flags = np.zeros((streams, per_stream), np.uint8)
-        self.count = np.zeros(streams, np.int64)
-
-    def add(self, stream: int, records: np.ndarray) -> None:
-        records = records[-self.per_stream :]
-        start = int(self.count[stream]) % self.per_stream
-        head = min(len(records), self.per_stream - start)
-        for begin, part in ((start, records[:head]), (0, records[head:])):
-            end = begin + len(part)
-            if end > begin:
-                self.frames[stream, begin:end] = part["frame"]
-                self.actions[stream, begin:end] = part["action"]
-                self.rewards[stream, begin:end] = part["reward"]
-                self.flags[stream, begin:end] = part["flags"]
-        self.count[stream] += len(records)
-
-
 def make_sink(streams: int):
-    """A real CPU ReplayMemory when importable, else the numpy fallback; and its name."""
-    try:
-        from pipeline.learning.replay import ReplayMemory
-    except ImportError:
-        return NumpyCopySink(streams), "numpy"
+    """The real CPU ReplayMemory the consolidator drains into, and its name."""
+    from pipeline.learning.replay import ReplayMemory
+
     return ReplayMemory(streams * SINK_RECORDS_PER_STREAM, streams, device="cpu"), "replay"
 
 
@@ -131,12 +103,12 @@ def bench_consolidator(seconds: float = 5.0, producers: int = 2, capacity: int =
         for p in procs:
             p.start()
         deadline = time.monotonic() + 60
-        while any(int(slot.header[R.PID]) == 0 for slot in ring.slots):  # children are up
+        while any(slot.counters.pid == 0 for slot in ring.slots):  # children are up
             if time.monotonic() > deadline or any(p.exitcode is not None for p in procs):
                 raise RuntimeError("benchmark producers did not start")
             time.sleep(0.01)
         result = asyncio.run(_measure(consolidator, ring, seconds))
-        sink_records = int(sink.inserted if sink_name == "replay" else sink.count.sum())
+        sink_records = int(sink.inserted)
         if sink_records != consolidator.total_records:
             raise RuntimeError(f"sink holds {sink_records} records, consolidator consumed {consolidator.total_records}")
     finally:
@@ -177,7 +149,7 @@ async def _measure(consolidator, ring: R.TransitionRing, seconds: float) -> dict
             time.perf_counter(),
             consolidator.total_records,
             consolidator.polls,
-            sum(int(slot.header[R.STALL_NS]) for slot in ring.slots),
+            sum(slot.counters.phase_ns("stall") for slot in ring.slots),
         )
 
     try:

@@ -19,7 +19,14 @@ from typing import TYPE_CHECKING, Any
 
 from pipeline.common.child import Child, ChildError, ChildExited, ChildTimeout
 from pipeline.common.errors import UserError
-from pipeline.run.monitor import COLLECTOR_PHASES, LEARNER_PHASES, Snapshot
+from pipeline.run.monitor import (
+    COLLECTOR_PHASES,
+    LEARNER_PHASES,
+    Snapshot,
+    collector_phase_key,
+    learner_phase_key,
+    share_key,
+)
 
 if TYPE_CHECKING:  # importing the trainer imports torch: not for every bench process
     from config import Config
@@ -184,15 +191,15 @@ def window_figures(snaps: Sequence[Any], first: int, last: int) -> dict[str, flo
 
     out = {f"{key}_per_s": delta(key) / dt for key in ("frames", "steps", "records", "updates", "samples")}
     out["window_s"] = dt
-    phases = {name: 100.0 * delta(f"collector_{name}_ns") / 1e9 / dt / n for name in COLLECTOR_PHASES}
+    phases = {name: 100.0 * delta(collector_phase_key(name)) / 1e9 / dt / n for name in COLLECTOR_PHASES}
     for name, pct in phases.items():
         out[f"{name}_pct"] = pct
     out["other_pct"] = max(0.0, 100.0 - sum(phases.values()))
     out["env_share"] = (phases["emulate"] + phases["preprocess"]) / 100.0
     steps = delta("steps")
-    out["infer_ms_per_step"] = delta("collector_infer_ns") / 1e6 / steps if steps else float("nan")
+    out["infer_ms_per_step"] = delta(collector_phase_key("infer")) / 1e6 / steps if steps else float("nan")
     for name in LEARNER_PHASES:
-        out[f"learner_{name}_pct"] = 100.0 * delta(f"learner_{name}_ns") / 1e9 / dt
+        out[share_key(learner_phase_key(name))] = 100.0 * delta(learner_phase_key(name)) / 1e9 / dt
     inside = snaps[first + 1 : last + 1]  # cpu_pct is measured since the previous tick
     out["collectors_cpu_pct"] = mean([sum(c.get("cpu_pct", 0.0) for c in s.collectors) for s in inside])
     out["learner_cpu_pct"] = mean([s.gauges.get("learner_cpu_pct", float("nan")) for s in inside])

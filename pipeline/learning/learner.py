@@ -58,7 +58,7 @@ import logging
 import time
 import warnings
 from collections.abc import Callable
-from dataclasses import InitVar, dataclass
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import torch
@@ -107,9 +107,6 @@ class LearnerSettings:
 
     learning_rate: float = 1e-4
     adam_eps: float = 1.5e-4
-    # Not a setting (the batch's discount already holds gamma**k): accepted and dropped only
-    # because pipeline/learning/learner_speed.py still passes gamma=. Remove it with that argument.
-    gamma: InitVar[float | None] = None
     grad_clip: float = 10.0
     grad_accum: int = 1
     target_sync_updates: int = 2000

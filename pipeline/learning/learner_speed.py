@@ -76,7 +76,6 @@ def learner_spec(
         "settings": dict(
             learning_rate=cfg.learning_rate,
             adam_eps=cfg.adam_eps,
-            gamma=cfg.gamma,
             grad_clip=cfg.grad_clip,
             grad_accum=cfg.grad_accum,
             target_sync_updates=cfg.target_sync_updates,

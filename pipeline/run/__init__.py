@@ -6,7 +6,15 @@
 - :mod:`~pipeline.run.evaluator`: greedy evaluations beside training, best video.
 - :mod:`~pipeline.run.monitor`, :mod:`~pipeline.run.procstats`: the throughput monitor
   and its typed snapshot keys.
-- :mod:`~pipeline.run.trainer`: the learner process, one event loop running all of them.
+- :mod:`~pipeline.run.trainer`: the learner process, one event loop running all of them;
+  :mod:`~pipeline.run.startup` builds what it needs (run directory, learner, replay),
+  :mod:`~pipeline.run.pacing` holds the replay ratio and epsilon schedule,
+  :mod:`~pipeline.run.snapshots` turns counters into the monitor's snapshot,
+  :mod:`~pipeline.run.evaluations` and :mod:`~pipeline.run.run_checkpoints` drive the
+  evaluator and the checkpoints.
+- :mod:`~pipeline.run.preflight`: the machine's limits checked before a run starts, and
+  the run directory's lock.
+- :mod:`~pipeline.run.tuning`: the ``auto`` preset's measurements (``python main.py tune``).
 
 Uses :mod:`pipeline.transport` and :mod:`pipeline.learning`.
 """
