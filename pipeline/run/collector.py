@@ -143,6 +143,10 @@ class Collector:
         slots = [ring.slots[i] for i in slot_indices]
         self.home = slots[0]
         self.counters = self.home.counters
+        for slot in slots:
+            # Stalls on any of its envs' rings beat the collector's heartbeat and add to its
+            # stall time: the supervisor and the monitor read the home slot.
+            slot.transitions.stats = slot.episodes.stats = self.counters
         self.weights = WeightsBlock(self.weights_segment.buf)
         for slot in slots:
             slot.counters.starts += 1

@@ -256,7 +256,8 @@ class Monitor:
         for key, share in phase_shares(h, collector_keys, WINDOWS_S[0]).items():
             row[key] = share / max(1, len(snap.collectors))
         row.update(phase_shares(h, [learner_phase_key(phase) for phase in LEARNER_PHASES], WINDOWS_S[0]))
-        row["stall_pct"] = row[share_key(collector_phase_key("stall"))]
+        # Per collector (its envs' stalls all land on its home slot): at most 100.
+        row["stall_pct"] = min(100.0, row[share_key(collector_phase_key("stall"))])
         row.update(snap.gauges)
         return row
 
