@@ -52,16 +52,27 @@ class Consolidator:
     def total_records(self) -> int:
         return int(self.records.sum())
 
-    def poll(self) -> int:
-        """One pass over all slots; returns records consumed."""
+    def poll(self, budget: int | None = None) -> int:
+        """One pass over all slots, taking at most ``budget`` records in all; returns records consumed.
+
+        With a budget the pass starts one slot further on each time, so a small budget is
+        shared by every slot over successive passes instead of always going to the first.
+        """
         now = time.perf_counter()
         self.max_gap_s = max(self.max_gap_s, now - self._last_poll)
         self._last_poll = now
         self.polls += 1
         consumed = 0
-        for index, slot in enumerate(self.ring.slots):
+        slots = self.ring.slots
+        first = self.polls % len(slots)
+        for index in (*range(first, len(slots)), *range(first)):
+            slot = slots[index]
             ring = slot.transitions
-            count, views = ring.peek(self.max_records_per_slot)
+            limit = self.max_records_per_slot
+            if budget is not None:
+                left = max(0, budget - consumed)
+                limit = left if limit is None else min(limit, left)
+            count, views = ring.peek(limit) if limit != 0 else (0, [])
             if count:
                 for view in views:
                     self._add(index, view)

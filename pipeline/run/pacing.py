@@ -22,8 +22,12 @@ class RateLimiter:
     """Keeps samples drawn per inserted transition near ``ratio``, in both directions.
 
     Sampling waits while the learner is ahead; consolidation (and so, through the full
-    ring, the collectors) waits while the learner is behind by more than ``slack``
-    samples. Before ``min_size`` transitions are stored, inserts are free.
+    ring, the collectors) may insert only as many transitions as keep the learner behind
+    by at most ``slack`` samples. Before ``min_size`` transitions are stored, inserts are
+    free. Handing the consolidator a budget, rather than a yes/no, paces collection
+    smoothly: a yes used to let one pass drain every ring at once (thousands of records
+    on a slow learner), after which collection stopped for a minute while the learner
+    caught up, and the ratio over any window swung far from the configured one.
     """
 
     def __init__(self, ratio: float, min_size: int, slack_samples: float) -> None:
@@ -34,7 +38,8 @@ class RateLimiter:
     def can_sample(self, inserted: int, samples: int, batch: int) -> bool:
         return inserted >= self.min_size and samples + batch <= (inserted - self.min_size) * self.ratio + batch
 
-    def can_insert(self, inserted: int, samples: int) -> bool:
+    def insert_budget(self, inserted: int, samples: int) -> int | None:
+        """Transitions that may be inserted now (None = no limit yet, 0 = none)."""
         if inserted < self.min_size:
-            return True
-        return (inserted - self.min_size) * self.ratio - samples <= self.slack
+            return None
+        return max(0, int((samples + self.slack) / self.ratio) + self.min_size - inserted)

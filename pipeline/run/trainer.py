@@ -237,9 +237,10 @@ class Trainer:
         assert self.stop_event is not None
         while not self.stop_event.is_set():
             t = time.perf_counter_ns()
-            consumed = 0
-            if not self.throttle or self.limiter.can_insert(self.replay.inserted, self.counters["samples"]):
-                consumed = self.consolidator.poll()
+            budget = (
+                self.limiter.insert_budget(self.replay.inserted, self.counters["samples"]) if self.throttle else None
+            )
+            consumed = self.consolidator.poll(budget)  # budget 0 still reads episode summaries
             self.learner_ns["consolidate"] += time.perf_counter_ns() - t
             await asyncio.sleep(0 if consumed else 0.001)
 

@@ -205,3 +205,21 @@ def test_bench_consolidator_smoke():
     assert result["producers"] == 1
     assert result["sink"] == "replay"
     assert 0.0 <= result["stall_pct"] <= 100.0
+
+
+def test_a_budget_caps_a_pass_and_is_shared_by_every_slot_over_passes():
+    layout = R.RingLayout(num_slots=4, capacity=64, episode_cells=4)
+    with P.ring_segment(TAG, layout, "budget") as (_, ring):
+        for slot in ring.slots:
+            for _ in range(40):
+                slot.transitions.wait_for_space()
+                slot.transitions.commit()
+        sink = ListSink(4)
+        consolidator = Consolidator(ring, sink)
+        assert consolidator.poll(budget=0) == 0
+        taken = [consolidator.poll(budget=10) for _ in range(8)]
+        assert taken == [10] * 8
+        # Rotating starts: every slot got its share, none was left behind.
+        assert sorted(consolidator.records.tolist()) == [20, 20, 20, 20]
+        assert consolidator.poll() == 4 * 40 - 80  # no budget: everything left
+        del slot, consolidator  # no view may outlive the segment

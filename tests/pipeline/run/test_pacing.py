@@ -19,10 +19,12 @@ def test_limiter_holds_the_ratio_in_both_directions():
     limiter = RateLimiter(ratio=2.0, min_size=100, slack_samples=64)
     # Before min_size: no sampling, inserts are free.
     assert not limiter.can_sample(inserted=99, samples=0, batch=32)
-    assert limiter.can_insert(inserted=99, samples=0)
+    assert limiter.insert_budget(inserted=99, samples=0) is None
     # 50 transitions past min_size allow 100 samples (plus one batch of headroom).
     assert limiter.can_sample(inserted=150, samples=96, batch=32)
     assert not limiter.can_sample(inserted=150, samples=104, batch=32)
-    # The learner behind by more than the slack stops the inserts.
-    assert limiter.can_insert(inserted=150, samples=100 - 64)
-    assert not limiter.can_insert(inserted=150, samples=100 - 65)
+    # Inserts are paced: only what keeps the learner behind by at most the slack.
+    assert limiter.insert_budget(inserted=150, samples=100 - 64) == 0
+    assert limiter.insert_budget(inserted=150, samples=100) == 32  # (100 + 64) / 2 + 100 - 150
+    assert limiter.insert_budget(inserted=182, samples=100) == 0
+    assert limiter.insert_budget(inserted=150, samples=0) == 0
