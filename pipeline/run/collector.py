@@ -59,7 +59,9 @@ class CollectorArgs:
     weights_name: str
     parent_pid: int
     log_path: str = ""
-    fault: str = ""  # fault injection for reliability tests: "" or "env_error:<step>" / "env_error_always"
+    # Fault injection for reliability tests: "" or "env_error:<step>" / "env_error_always" /
+    # "crash_always" (raises while starting, on every start).
+    fault: str = ""
     slots: tuple[int, ...] = ()  # ring slots of its envs, the home slot first (default: (slot,))
 
 
@@ -174,6 +176,8 @@ class Collector:
         self.env_errors: list[float] = []  # times of recent env failures (bounded by the window)
         self.seen_errors: set[str] = set()
         self.fault_step = -1
+        if args.fault == "crash_always":
+            raise RuntimeError("injected crash while starting (every start)")
         if args.fault.startswith("env_error:"):
             self.fault_step = int(args.fault.split(":", 1)[1])
 

@@ -126,12 +126,18 @@ def check_machine(cfg: Config, num_floats: int, limits: MachineLimits | None = N
     if need.memory_bytes > limits.memory_available_bytes:
         spare = limits.memory_available_bytes - need.processes_bytes
         fits = max(0, spare * 9 // 10 // REPLAY_BYTES_PER_TRANSITION)
+        if fits >= 10_000:
+            fix = f"lower --set replay_capacity=N (about {fits:,} fits) or --num-processes"
+        else:
+            others = need.processes_bytes - cfg.num_processes * COLLECTOR_BYTES + need.replay_bytes
+            collectors = max(0, (limits.memory_available_bytes - others) * 9 // 10 // COLLECTOR_BYTES)
+            fix = f"lower --num-processes (about {collectors} fit beside this replay) or replay_capacity"
         raise PreflightError(
             f"not enough memory for this run: replay {_mb(need.replay_bytes)} (replay_capacity="
             f"{cfg.replay_capacity:,} x {REPLAY_BYTES_PER_TRANSITION / 1024:.1f} KB) + {cfg.num_processes} "
             f"collector(s), learner{' and evaluator' if cfg.eval_interval_s > 0 else ''} "
             f"~{_mb(need.processes_bytes)} = {_mb(need.memory_bytes)}, but {_mb(limits.memory_available_bytes)} "
-            f"is available; lower --set replay_capacity=N (about {fits:,} fits) or --num-processes"
+            f"is available; {fix}"
         )
     warnings = []
     if cfg.num_processes > limits.cores:

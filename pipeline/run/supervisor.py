@@ -4,7 +4,11 @@ Collectors are started with the ``spawn`` method (never fork a process that hold
 or an emulator). A collector that exits, crashes, or whose heartbeat in its slot header
 goes stale (a hung or SIGSTOPped process) is logged, killed if needed, and restarted
 on the same slot, where it carries on from the slot's ``write_seq``. A slot that keeps
-failing is restarted with a growing delay instead of in a tight loop.
+failing is restarted with a growing delay instead of in a tight loop, and one that fails
+the same way :data:`CRASH_LOOP_LIMIT` times in a row, each time within a minute of its
+start, is not restarted again: :attr:`Supervisor.fatal` names the cause (the reason and
+the last line of its log) and the trainer ends the run with it. A cause that every start
+meets (a broken install, a /dev/shm that cannot back the ring) never heals by restarting.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ RESTART_WINDOW_S = 60.0
 FAULTS_ENV = "MARIO_INJECT_FAULTS"
 RESTARTS_BEFORE_BACKOFF = 3
 MAX_BACKOFF_S = 30.0
+CRASH_LOOP_LIMIT = 5
 
 
 @dataclass
@@ -38,6 +43,7 @@ class SlotState:
     recent_failures: list[float] = field(default_factory=list)
     next_start_at: float = 0.0
     last_reason: str = ""
+    same_in_row: int = 0  # consecutive failures with last_reason, each soon after its start
 
 
 class Supervisor:
@@ -60,6 +66,7 @@ class Supervisor:
         self.faults: dict[int, str] = parse_faults(os.environ.get(FAULTS_ENV, ""))  # slot -> fault, tests
         self.events: list[str] = []  # bounded log of restart reasons for the monitor
         self.stopping = False
+        self.fatal = ""  # set when a collector is in a crash loop: the run must end
 
     @property
     def restarts(self) -> int:
@@ -72,7 +79,9 @@ class Supervisor:
     def _start(self, index: int) -> None:
         args = self.make_args(index)
         if index in self.faults:
-            args = replace(args, fault=self.faults.pop(index))
+            # Applied once, at the slot's first start; an "_always" fault at every start.
+            fault = self.faults[index] if self.faults[index].endswith("_always") else self.faults.pop(index)
+            args = replace(args, fault=fault)
         # Children read OMP_NUM_THREADS when torch loads; spawn copies os.environ.
         saved = {k: os.environ.get(k) for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
         os.environ.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
@@ -91,6 +100,19 @@ class Supervisor:
     def _record_failure(self, index: int, reason: str) -> None:
         state = self.states[index]
         now = time.monotonic()
+        soon = now - state.started_at < RESTART_WINDOW_S
+        state.same_in_row = state.same_in_row + 1 if soon and reason == state.last_reason else 1
+        if state.same_in_row >= CRASH_LOOP_LIMIT:
+            state.restarts += 1
+            state.last_reason = reason
+            state.next_start_at = float("inf")  # never again: it is not going to heal
+            self.fatal = (
+                f"collector {index} {reason} on each of its last {state.same_in_row} starts"
+                f"{self._last_log_line(index)}; the run cannot collect, so it stops"
+            )
+            logger.error(self.fatal)
+            self.events = (self.events + [self.fatal])[-50:]
+            return
         state.recent_failures = [t for t in state.recent_failures if now - t < RESTART_WINDOW_S] + [now]
         extra = len(state.recent_failures) - RESTARTS_BEFORE_BACKOFF
         delay = 0.0 if extra < 0 else min(MAX_BACKOFF_S, 2.0**extra)
@@ -100,6 +122,17 @@ class Supervisor:
         message = f"collector {index}: {reason}; restarting" + (f" in {delay:.0f} s" if delay else "")
         logger.warning(message)
         self.events = (self.events + [message])[-50:]
+
+    def _last_log_line(self, index: int) -> str:
+        path = self.make_args(index).log_path
+        try:
+            with open(path, "rb") as log:
+                log.seek(0, os.SEEK_END)
+                log.seek(max(0, log.tell() - 4096))
+                lines = [line.strip() for line in log.read().decode(errors="replace").splitlines() if line.strip()]
+        except (OSError, TypeError):
+            return ""
+        return f" (last line of {path}: {lines[-1][:300]})" if lines else ""
 
     def check(self) -> None:
         """One supervision pass: restart what died or hung. Cheap; call every ~0.5 s."""

@@ -45,12 +45,14 @@ import numpy as np
 
 import envs
 from config import Config
+from models import QNetwork
 from pipeline.learning.flat_state import flatten_state, state_numel
 from pipeline.run.collector import CollectorArgs
 from pipeline.run.consolidator import Consolidator
 from pipeline.run.evaluations import Evaluations
 from pipeline.run.monitor import COUNTER_KEYS, LEARNER_PHASES, CounterKey, LearnerPhase, Monitor, Snapshot
 from pipeline.run.pacing import RateLimiter, epsilon_at
+from pipeline.run.preflight import RunLock, check_machine
 from pipeline.run.run_checkpoints import RunCheckpoints, checkpoint_payload, resume_from, rolling_return
 from pipeline.run.snapshots import (
     collector_rows,
@@ -124,6 +126,8 @@ class Trainer:
         self.final_checkpoint: Path | None = None
         self.consolidator: Consolidator | None = None
         self.evaluations = Evaluations()
+        self.lock: RunLock | None = None
+        self.fatal = ""  # why the run had to end (a collector crash loop), "" when it ended normally
 
     # -- setup ----------------------------------------------------------------------------
     def setup(self) -> None:
@@ -134,6 +138,15 @@ class Trainer:
         else:
             self.resume_path = None
             root = new_run_root(cfg)
+        # Before anything is created: a machine that can hold this run, and one live run per
+        # directory (each a one-line error with the numbers and the fix).
+        self.num_actions = envs.num_actions(cfg.env_id, cfg.action_set)
+        network_floats = state_numel(QNetwork(self.num_actions, cfg.frame_stack, cfg.dueling).state_dict())
+        for warning in check_machine(cfg, network_floats):
+            logger.warning(warning)
+        self.lock = RunLock(root).acquire()
+        if self.lock.previous_owner is not None:
+            logger.warning("took over the lock of %s from pid %d, which is gone", root, self.lock.previous_owner)
         self.paths = RunPaths(root)
         self.paths.make()
         self.checkpoints = RunCheckpoints(self.paths.checkpoints, cfg.keep_checkpoints)
@@ -150,7 +163,6 @@ class Trainer:
         self.device = resolve_device(cfg.device)
         replay_device = self.device if cfg.replay_device == "auto" else resolve_device(cfg.replay_device)
         seed_and_threads(cfg)
-        self.num_actions = envs.num_actions(cfg.env_id, cfg.action_set)
         self.learner = build_learner(cfg, self.num_actions, self.device)
         self.num_streams = cfg.num_processes * cfg.envs_per_collector  # one ring slot per environment
         self.replay = build_replay(cfg, self.num_streams, replay_device)
@@ -175,12 +187,15 @@ class Trainer:
     def _create_shared_memory(self) -> None:
         cfg = self.cfg
         layout = R.RingLayout(self.num_streams, cfg.ring_capacity)
-        self.ring_segment = segments.create_segment(segments.segment_name(self.tag, "ring"), layout.total_bytes)
-        self.ring = R.TransitionRing.initialise(self.ring_segment.buf, layout)
         num_floats = state_numel(self.learner.online.state_dict())
-        self.weights_segment = segments.create_segment(
-            segments.segment_name(self.tag, "weights"), block_bytes(num_floats)
-        )
+        try:  # the pages are reserved now: a /dev/shm filled since the preflight fails here
+            self.ring_segment = segments.create_segment(segments.segment_name(self.tag, "ring"), layout.total_bytes)
+            self.weights_segment = segments.create_segment(
+                segments.segment_name(self.tag, "weights"), block_bytes(num_floats)
+            )
+        except segments.SegmentSpaceError as exc:
+            raise TrainingError(str(exc)) from None
+        self.ring = R.TransitionRing.initialise(self.ring_segment.buf, layout)
         self.weights = WeightsBlock.initialise(self.weights_segment.buf, num_floats)
         self.consolidator = Consolidator(self.ring, self._insert)
         # The supervisor watches each collector's home slot (its first).
@@ -279,6 +294,10 @@ class Trainer:
         assert stop is not None and self.supervisor is not None and self.weights is not None
         while not stop.is_set():
             self.supervisor.check()
+            if self.supervisor.fatal:
+                self.fatal = self.supervisor.fatal
+                self.request_stop(self.fatal)
+                break
             self._collector_totals()
             if "first transition" not in self.startup and self.counters["records"]:
                 # Seconds since collectors were started (the learner's warm-up is separate).
@@ -420,6 +439,8 @@ class Trainer:
             _run_event_loop(self._main())
         finally:
             self.shutdown()
+        if self.fatal:
+            raise TrainingError(self.fatal)  # after the final checkpoint: nothing learned is lost
         return 0
 
     def shutdown(self) -> None:
@@ -444,6 +465,8 @@ class Trainer:
                     self.monitor.update(self.snapshot(), status="stopped")
                 self.monitor.close()
             self._release_shared_memory()
+            if self.lock is not None:
+                self.lock.release()
 
     def _write_summary(self) -> None:
         """summary.json: what this process did, for benchmarks and scripts."""

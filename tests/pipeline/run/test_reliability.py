@@ -262,3 +262,47 @@ def test_bad_checkpoint_files_give_one_clear_error(tmp_path, kind):
         assert "shape" in lines[0] or "action" in lines[0], lines[0]
     assert not project_segments(run_tag(tmp_path))
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([path.name])  # nothing created beside it
+
+
+def test_a_collector_that_crashes_on_every_start_ends_the_run_with_its_cause(tmp_path):
+    run = tmp_path / "crashloop"
+    proc = start(run, env={"MARIO_INJECT_FAULTS": "1:crash_always"})
+    try:
+        output, _ = proc.communicate(timeout=600)  # a safety net: five crashes and back-offs take ~20 s
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 2, output[-3000:]
+    errors = [line for line in output.splitlines() if line.startswith("main.py: error:")]
+    assert len(errors) == 1, output[-3000:]
+    assert "collector 1 exited with code 1 on each of its last 5 starts" in errors[0]
+    assert "injected crash while starting" in errors[0]  # the cause, from its log
+    # The run stopped cleanly: final checkpoint, accounting, no segment left.
+    summary = assert_exactly_once(run)
+    assert summary["final_checkpoint"] and "last 5 starts" in summary["stop_reason"]
+    assert not project_segments(run_tag(run))
+
+
+def test_a_second_run_on_a_live_run_directory_is_refused(tmp_path):
+    run = tmp_path / "locked"
+    first = start(run)
+    try:
+        wait_until(lambda: (run / "run.lock").exists() and (run / "config.json").exists(), 120, proc=first)
+        second = subprocess.run(
+            [sys.executable, "main.py", *BASE, "--run-dir", str(run.parent), "--run-name", run.name],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert second.returncode == 2
+        assert second.stderr.strip().splitlines()[-1] == (
+            f"main.py: error: run directory {run} is in use by a live run (pid {first.pid}); stop that run, "
+            "or pass another --run-name (or --run-dir)"
+        )
+        assert first.poll() is None  # the first run is untouched
+        interrupt(first)
+    finally:
+        if first.poll() is None:
+            first.kill()
+    assert first.returncode == 0

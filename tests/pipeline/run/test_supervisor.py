@@ -204,3 +204,18 @@ def test_stop_ends_every_process(harness):
     # After stop, check() starts nothing.
     h.supervisor.check()
     assert h.supervisor.alive() == 0 and all(s.process is None for s in h.supervisor.states)
+
+
+@pytest.mark.timeout(120)
+def test_a_slot_failing_the_same_way_on_every_start_is_given_up_with_its_cause(harness):
+    h = harness(["fail"], heartbeat_timeout_s=5.0, startup_grace_s=30.0)
+    state = h.supervisor.states[0]
+    h.supervisor.start_all()
+    h.check_until(lambda: h.supervisor.fatal, 90, "the crash loop to be given up")
+    assert h.supervisor.fatal.startswith(f"collector 0 exited with code 3 on each of its last {S.CRASH_LOOP_LIMIT}")
+    assert h.counters(0).starts == S.CRASH_LOOP_LIMIT
+    # Never started again, however often check() runs.
+    for _ in range(20):
+        h.supervisor.check()
+        time.sleep(0.01)
+    assert state.process is None and h.counters(0).starts == S.CRASH_LOOP_LIMIT
