@@ -20,7 +20,7 @@ def _run(code: str) -> subprocess.CompletedProcess[str]:
         cwd=REPO_ROOT,
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=600,
     )
 
 

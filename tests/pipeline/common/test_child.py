@@ -9,7 +9,7 @@ import pytest
 from pipeline.common.child import Child, ChildError, ChildExited, ChildTimeout, run_in_child
 from tests.pipeline.common import children
 
-REPLY_TIMEOUT_S = 60.0  # spawning a child on a loaded 2-core box; a safety net, not a budget
+REPLY_TIMEOUT_S = 300.0  # spawning a child on a loaded 2-core box; a safety net, not a budget
 
 
 def test_a_child_that_replies_is_joined():

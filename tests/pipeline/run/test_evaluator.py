@@ -23,7 +23,7 @@ from pipeline.transport.segments import SHM_DIR, create_segment, release, segmen
 from tests.pipeline import producers as P
 
 TAG = P.new_tag("evaluator")
-RESULT_TIMEOUT_S = 60.0  # a spawn child imports torch + the env, then plays Catch episodes
+RESULT_TIMEOUT_S = 300.0  # a spawn child imports torch + the env, then plays Catch episodes
 
 
 @pytest.fixture

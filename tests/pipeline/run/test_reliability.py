@@ -61,7 +61,7 @@ def training_started(run: Path) -> bool:
 
 def interrupt(proc: subprocess.Popen[str]) -> str:
     proc.send_signal(signal.SIGINT)
-    output, _ = proc.communicate(timeout=90)
+    output, _ = proc.communicate(timeout=450)
     return output
 
 
@@ -77,14 +77,14 @@ def test_killed_collector_is_replaced_and_no_record_is_lost(tmp_path):
     run = tmp_path / "kill"
     proc = start(run, "--set", "envs_per_collector=2")  # a collector writes two ring slots
     try:
-        wait_until(lambda: training_started(run), 120, proc=proc)
-        wait_until(lambda: len(collector_pids(proc)) == 2, 30, proc=proc)
+        wait_until(lambda: training_started(run), 600, proc=proc)
+        wait_until(lambda: len(collector_pids(proc)) == 2, 150, proc=proc)
         victims = collector_pids(proc)
         victim = min(victims)
         os.kill(victim, signal.SIGKILL)
-        wait_until(lambda: len(collector_pids(proc) - victims) == 1, 30, proc=proc)  # a new process on the slot
+        wait_until(lambda: len(collector_pids(proc) - victims) == 1, 150, proc=proc)  # a new process on the slot
         updates_at_restart = float(read_csv(run / "metrics.csv")[-1]["updates"])
-        wait_until(lambda: float(read_csv(run / "metrics.csv")[-1]["updates"]) > updates_at_restart + 20, 60, proc=proc)
+        wait_until(lambda: float(read_csv(run / "metrics.csv")[-1]["updates"]) > updates_at_restart + 20, 300, proc=proc)
         wait_until(
             lambda: float(read_csv(run / "metrics.csv")[-1]["restarts"]) >= 1, 10, proc=proc
         )  # the monitor shows it
@@ -104,11 +104,11 @@ def test_hung_collector_is_detected_by_heartbeat_and_replaced(tmp_path):
     run = tmp_path / "hang"
     proc = start(run, "--set", "heartbeat_timeout_s=3")
     try:
-        wait_until(lambda: training_started(run), 120, proc=proc)
-        wait_until(lambda: len(collector_pids(proc)) == 2, 30, proc=proc)
+        wait_until(lambda: training_started(run), 600, proc=proc)
+        wait_until(lambda: len(collector_pids(proc)) == 2, 150, proc=proc)
         victims = collector_pids(proc)
         os.kill(min(victims), signal.SIGSTOP)
-        wait_until(lambda: len(collector_pids(proc) - victims) == 1, 60, proc=proc)
+        wait_until(lambda: len(collector_pids(proc) - victims) == 1, 300, proc=proc)
         output = interrupt(proc)
     finally:
         if proc.poll() is None:
@@ -124,8 +124,8 @@ def test_env_errors_are_logged_once_rebuilt_and_backed_off(tmp_path):
     run = tmp_path / "envfault"
     proc = start(run, env={"MARIO_INJECT_FAULTS": "0:env_error:150,1:env_error_always"})
     try:
-        wait_until(lambda: training_started(run), 120, proc=proc)
-        wait_until(lambda: "backing off" in (run / "logs" / "collector-1.log").read_text(), 60, proc=proc)
+        wait_until(lambda: training_started(run), 600, proc=proc)
+        wait_until(lambda: "backing off" in (run / "logs" / "collector-1.log").read_text(), 300, proc=proc)
         time.sleep(3)
         output = interrupt(proc)
     finally:
@@ -155,11 +155,11 @@ def test_killed_evaluator_is_reported_and_training_goes_on(tmp_path):
     run = tmp_path / "evalkill"
     proc = start(run, "--eval-interval", "1")
     try:
-        wait_until(lambda: training_started(run) and evaluator_pid(run) is not None, 120, proc=proc)
-        wait_until(lambda: float(read_csv(run / "metrics.csv")[-1]["evaluations"]) >= 1, 60, proc=proc)
+        wait_until(lambda: training_started(run) and evaluator_pid(run) is not None, 600, proc=proc)
+        wait_until(lambda: float(read_csv(run / "metrics.csv")[-1]["evaluations"]) >= 1, 300, proc=proc)
         os.kill(evaluator_pid(run), signal.SIGKILL)
         updates_at_kill = float(read_csv(run / "metrics.csv")[-1]["updates"])
-        wait_until(lambda: float(read_csv(run / "metrics.csv")[-1]["updates"]) > updates_at_kill + 20, 60, proc=proc)
+        wait_until(lambda: float(read_csv(run / "metrics.csv")[-1]["updates"]) > updates_at_kill + 20, 300, proc=proc)
         output = interrupt(proc)
     finally:
         if proc.poll() is None:
@@ -175,10 +175,10 @@ def test_killed_learner_leaves_segments_that_the_next_start_removes_and_resume_c
     run = tmp_path / "learnerkill"
     proc = start(run, "--checkpoint-interval", "2", new_session=True)
     try:
-        wait_until(lambda: training_started(run) and len(checkpoints(run)) >= 2, 120, proc=proc)
+        wait_until(lambda: training_started(run) and len(checkpoints(run)) >= 2, 600, proc=proc)
     finally:
         os.killpg(proc.pid, signal.SIGKILL)  # learner, collectors and resource tracker at once
-        proc.communicate(timeout=30)
+        proc.communicate(timeout=150)
     leaked = project_segments(run_tag(run))
     assert len(leaked) == 2, leaked  # the ring and the weights block of the dead learner
     saved = json.loads(json.dumps(load_checkpoint(checkpoints(run)[-1])["counters"]))
@@ -189,7 +189,7 @@ def test_killed_learner_leaves_segments_that_the_next_start_removes_and_resume_c
         cwd=ROOT,
         capture_output=True,
         text=True,
-        timeout=180,
+        timeout=900,
     )
     assert result.returncode == 0, result.stderr[-3000:]
     assert "removed 2 shared-memory segment(s) left by a dead run" in result.stderr
@@ -202,7 +202,7 @@ def test_killed_learner_leaves_segments_that_the_next_start_removes_and_resume_c
 def test_checkpoints_rotate_and_best_is_kept(tmp_path):
     run = tmp_path / "rotate"
     proc = start(run, "--checkpoint-interval", "1", "--total-frames", "9000")
-    output, _ = proc.communicate(timeout=240)
+    output, _ = proc.communicate(timeout=1200)
     assert proc.returncode == 0, output[-3000:]
     names = sorted(p.name for p in (run / "checkpoints").iterdir())
     periodic = [n for n in names if n.startswith("ckpt-")]
@@ -252,7 +252,7 @@ def test_bad_checkpoint_files_give_one_clear_error(tmp_path, kind):
             },
         )
     result = subprocess.run(
-        [sys.executable, "main.py", *BASE, "--resume", str(path)], cwd=ROOT, capture_output=True, text=True, timeout=120
+        [sys.executable, "main.py", *BASE, "--resume", str(path)], cwd=ROOT, capture_output=True, text=True, timeout=600
     )
     assert result.returncode == 2, result.stderr[-2000:]
     lines = result.stderr.strip().splitlines()
@@ -268,7 +268,7 @@ def test_a_collector_that_crashes_on_every_start_ends_the_run_with_its_cause(tmp
     run = tmp_path / "crashloop"
     proc = start(run, env={"MARIO_INJECT_FAULTS": "1:crash_always"})
     try:
-        output, _ = proc.communicate(timeout=600)  # a safety net: five crashes and back-offs take ~20 s
+        output, _ = proc.communicate(timeout=3000)  # a safety net: five crashes and back-offs take ~20 s
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -287,13 +287,13 @@ def test_a_second_run_on_a_live_run_directory_is_refused(tmp_path):
     run = tmp_path / "locked"
     first = start(run)
     try:
-        wait_until(lambda: (run / "run.lock").exists() and (run / "config.json").exists(), 120, proc=first)
+        wait_until(lambda: (run / "run.lock").exists() and (run / "config.json").exists(), 600, proc=first)
         second = subprocess.run(
             [sys.executable, "main.py", *BASE, "--run-dir", str(run.parent), "--run-name", run.name],
             cwd=ROOT,
             capture_output=True,
             text=True,
-            timeout=300,
+            timeout=1500,
         )
         assert second.returncode == 2
         assert second.stderr.strip().splitlines()[-1] == (

@@ -107,7 +107,7 @@ def test_whole_pipeline_learns_catch_and_the_evaluator_sees_it(tmp_path):
         cwd=ROOT,
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=1500,
     )
     assert result.returncode == 0, result.stderr[-3000:]
     run = tmp_path / "learn"
@@ -159,9 +159,9 @@ def test_sigint_stops_cleanly_and_resume_continues_counters(tmp_path):
             path = run / "metrics.csv"
             return path.exists() and any(float(r["updates"]) > 0 for r in read_csv(path))
 
-        wait_until(training, 120, "training to start", proc=proc)
+        wait_until(training, 600, "training to start", proc=proc)
         proc.send_signal(signal.SIGINT)
-        output, _ = proc.communicate(timeout=60)
+        output, _ = proc.communicate(timeout=300)
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -190,7 +190,7 @@ def test_sigint_stops_cleanly_and_resume_continues_counters(tmp_path):
         cwd=ROOT,
         capture_output=True,
         text=True,
-        timeout=180,
+        timeout=900,
     )
     assert result.returncode == 0, result.stderr[-3000:]
     after = load_checkpoint(checkpoints(run)[-1])["counters"]

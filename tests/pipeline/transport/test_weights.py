@@ -36,7 +36,7 @@ def block_factory():
 
 
 # ------------------------------------------------------------------------ concurrent readers
-@pytest.mark.timeout(150)
+@pytest.mark.timeout(750)
 def test_readers_never_see_a_torn_copy(block_factory):
     num_floats, subscribers, reads = 1_500_000, 2, 4000
     segment, block = block_factory(num_floats)
