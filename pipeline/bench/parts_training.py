@@ -19,6 +19,7 @@ from pipeline.bench.suite_base import PartResult, SuiteBase, log
 from pipeline.bench.trainer_run import TRAINER_START_ALLOWANCE_S, run_trainer, window_figures
 from pipeline.common.child import ChildError
 from pipeline.common.errors import UserError
+from pipeline.learning.learner_choice import choose_learner
 from pipeline.learning.learner_speed import LEARNER_VARIANTS, learner_spec, time_learners
 from pipeline.run.monitor import LEARNER_PHASES
 
@@ -40,8 +41,10 @@ class TrainingParts(SuiteBase):
             device = resolve_device(cfg.device)
         except TrainingError as exc:  # no CUDA
             raise UserError(str(exc)) from None
-        # --quick times only eager and compiled+AMP, in 2 rounds instead of 4.
-        variants = ["eager", "compiled_amp"] if self.options.quick else list(LEARNER_VARIANTS)
+        # What compile/amp resolve to on this machine (measured once and cached, as a run does).
+        in_use = choose_learner(cfg, str(device)).variant
+        # --quick times only eager and the variant in use, in 2 rounds instead of 4.
+        variants = list(dict.fromkeys(["eager", in_use])) if self.options.quick else list(LEARNER_VARIANTS)
         replay_device = device if cfg.replay_device == "auto" else resolve_device(cfg.replay_device)
         spec = learner_spec(
             cfg,
@@ -58,8 +61,10 @@ class TrainingParts(SuiteBase):
             raise RuntimeError("learner benchmark failed: " + exc.last_line) from None
         result.figures.update({"threads": float(spec["threads"]), "batch_size": float(cfg.batch_size)})
         result.figures.update({k: v for k, v in out.items() if k in FIGURES["learner"]})
+        result.figures["configured_speedup"] = out[f"{in_use}_updates_per_s"] / out["eager_updates_per_s"]
         result.details.update(
             {
+                "in_use": in_use,
                 "device": str(device),
                 "variants": spec["variants"],
                 "rounds": spec["rounds"],
@@ -133,6 +138,8 @@ class TrainingParts(SuiteBase):
         ):
             f[key] = w[key]
         f["replay_ratio_target"] = run["replay_ratio"]
+        f["replay_ratio_held"] = w["replay_ratio"] / run["replay_ratio"]
+        f["max_poll_gap_ms"] = w["max_poll_gap_ms"]
         # CPU % counts 100 per core; the machine's share divides by its cores.
         f["machine_cpu_pct"] = (w["collectors_cpu_pct"] + w["learner_cpu_pct"]) / (os.cpu_count() or 1)
         for name in LEARNER_PHASES:

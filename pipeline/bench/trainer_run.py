@@ -204,6 +204,7 @@ def window_figures(snaps: Sequence[Any], first: int, last: int) -> dict[str, flo
     out["collectors_cpu_pct"] = mean([sum(c.get("cpu_pct", 0.0) for c in s.collectors) for s in inside])
     out["learner_cpu_pct"] = mean([s.gauges.get("learner_cpu_pct", float("nan")) for s in inside])
     out["replay_ratio"] = delta("samples") / delta("records") if delta("records") else float("nan")
+    out["max_poll_gap_ms"] = max((s.gauges.get("poll_gap_ms", 0.0) for s in inside), default=float("nan"))
     out["evaluator_cpu_pct"] = mean([s.gauges.get("evaluator_cpu_pct", float("nan")) for s in inside])
     out["evaluations"] = b.gauges.get("evaluations", 0.0) - a.gauges.get("evaluations", 0.0)
     # The evaluator's own seconds, summed over every evaluation of the run up to b.

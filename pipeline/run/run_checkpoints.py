@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 
 from config import Config
 from pipeline.learning.checkpoint import (
@@ -45,6 +46,17 @@ def checkpoint_payload(
         "num_actions": num_actions,
         "rng": capture_rng_state(),
     }
+
+
+def cloned(payload: Any) -> Any:
+    """A copy of a payload whose tensors are cloned (containers copied, other values shared)."""
+    if isinstance(payload, torch.Tensor):
+        return payload.detach().clone()
+    if isinstance(payload, dict):
+        return {key: cloned(value) for key, value in payload.items()}
+    if isinstance(payload, (list, tuple)):
+        return type(payload)(cloned(value) for value in payload)
+    return payload
 
 
 def rolling_return(episodes: Iterable[EpisodeSummary]) -> float | None:

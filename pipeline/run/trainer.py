@@ -53,7 +53,7 @@ from pipeline.run.evaluations import Evaluations
 from pipeline.run.monitor import COUNTER_KEYS, LEARNER_PHASES, CounterKey, LearnerPhase, Monitor, Snapshot
 from pipeline.run.pacing import RateLimiter, epsilon_at
 from pipeline.run.preflight import RunLock, check_machine
-from pipeline.run.run_checkpoints import RunCheckpoints, checkpoint_payload, resume_from, rolling_return
+from pipeline.run.run_checkpoints import RunCheckpoints, checkpoint_payload, cloned, resume_from, rolling_return
 from pipeline.run.snapshots import (
     collector_rows,
     copy_slot_counters,
@@ -310,7 +310,7 @@ class Trainer:
                 self.request_stop(f"ran {self.time_limit_s:.0f} s")
                 break
             if time.monotonic() - self._last_checkpoint_t >= cfg.checkpoint_interval_s:
-                self.save(final=False)
+                await self.save_in_background()
             try:
                 await asyncio.wait_for(stop.wait(), timeout=0.5)
             except asyncio.TimeoutError:
@@ -374,16 +374,32 @@ class Trainer:
         )
 
     # -- checkpoints ----------------------------------------------------------------------
-    def save(self, *, final: bool) -> Path:
-        """A periodic (or the final) checkpoint, and best.pt when the rolling return is the best yet."""
+    def _checkpoint_args(self) -> tuple[dict, int, float | None]:
         self._collector_totals()
         totals = {k: self.total(k) for k in COUNTER_KEYS}
         payload = checkpoint_payload(self.learner, totals, self.cfg, self.num_actions)
         score = rolling_return(self.consolidator.episodes if self.consolidator is not None else ())
-        path = self.checkpoints.save(payload, totals["frames"], score)
+        return payload, totals["frames"], score
+
+    def save(self, *, final: bool) -> Path:
+        """A periodic (or the final) checkpoint, and best.pt when the rolling return is the best yet."""
+        path = self.checkpoints.save(*self._checkpoint_args())
         self._last_checkpoint_t = time.monotonic()
         if final:
             self.final_checkpoint = path
+        return path
+
+    async def save_in_background(self) -> Path:
+        """A periodic checkpoint written by a worker thread while training goes on.
+
+        Writing and fsyncing ~27 MB (twice when best.pt is due) can take seconds on a slow
+        disk; in the event loop that stalled the consolidator and the learner alike. The
+        payload is a copy taken in the loop, so the updates that go on meanwhile cannot
+        tear it.
+        """
+        payload, frames, score = self._checkpoint_args()
+        path = await asyncio.to_thread(self.checkpoints.save, cloned(payload), frames, score)
+        self._last_checkpoint_t = time.monotonic()
         return path
 
     # -- run ------------------------------------------------------------------------------

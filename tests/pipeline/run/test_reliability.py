@@ -84,9 +84,11 @@ def test_killed_collector_is_replaced_and_no_record_is_lost(tmp_path):
         os.kill(victim, signal.SIGKILL)
         wait_until(lambda: len(collector_pids(proc) - victims) == 1, 150, proc=proc)  # a new process on the slot
         updates_at_restart = float(read_csv(run / "metrics.csv")[-1]["updates"])
-        wait_until(lambda: float(read_csv(run / "metrics.csv")[-1]["updates"]) > updates_at_restart + 20, 300, proc=proc)
         wait_until(
-            lambda: float(read_csv(run / "metrics.csv")[-1]["restarts"]) >= 1, 10, proc=proc
+            lambda: float(read_csv(run / "metrics.csv")[-1]["updates"]) > updates_at_restart + 20, 300, proc=proc
+        )
+        wait_until(
+            lambda: float(read_csv(run / "metrics.csv")[-1]["restarts"]) >= 1, 50, proc=proc
         )  # the monitor shows it
         output = interrupt(proc)
     finally:
