@@ -140,6 +140,10 @@ class Config:
     """Checkpoint file or run directory to resume from ('' = fresh run)."""
     checkpoint_interval_s: float = 300.0
     """Seconds between periodic checkpoints."""
+    save_replay: bool = True
+    """Save the replay memory beside the final checkpoint (compressed, ~55 MB per 100k Mario
+    transitions, written atomically) and restore it on --resume, so a resumed run does not
+    start again from an empty buffer. A missing or corrupt file gives one warning."""
     keep_checkpoints: int = 3
     """Periodic checkpoints kept (plus the final one)."""
     monitor_interval_s: float = 5.0

@@ -15,8 +15,11 @@ Every failure is a :class:`TrainingError` (or a ``CheckpointError``) with one cl
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import os
 import time
+from collections.abc import Coroutine
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,10 +31,12 @@ import envs
 from config import Config
 from models import QNetwork
 from pipeline.learning.checkpoint import CHECKPOINT_PATTERN, CheckpointError, check_compatible, load_checkpoint
+from pipeline.learning.flat_state import state_numel
 from pipeline.learning.learner import Learner, LearnerSettings
 from pipeline.learning.learner_choice import choose_learner
-from pipeline.learning.replay import ReplayMemory
+from pipeline.learning.replay import ReplayFileError, ReplayMemory
 from pipeline.run.monitor import Monitor
+from pipeline.run.preflight import RunLock, check_machine
 
 # What a checkpoint written by the trainer always holds (its "learner" also holds "online").
 RESUME_KEYS = frozenset({"learner", "counters", "rng", "config"})
@@ -156,6 +161,38 @@ def build_replay(cfg: Config, num_streams: int, device: torch.device) -> ReplayM
     )
 
 
+logger = logging.getLogger("mario.trainer")
+REPLAY_FILE = "replay.npz"
+
+
+def save_replay(replay: ReplayMemory, checkpoints: Path) -> None:
+    """Save the replay beside the final checkpoint; a failure is a warning (the checkpoint is safe)."""
+    try:
+        replay.save(checkpoints / REPLAY_FILE)
+        logger.info("replay (%d transitions) saved in %s", len(replay), checkpoints / REPLAY_FILE)
+    except OSError as exc:
+        logger.warning("could not save the replay (%s); --resume will start it empty", exc)
+
+
+def restore_replay(replay: ReplayMemory, checkpoints: Path) -> int:
+    """Refill ``replay`` from the run's saved replay; return the transitions restored.
+
+    A missing, corrupt or differently shaped file is one warning and an empty replay
+    (the checkpoint alone still resumes), never a failed start.
+    """
+    path = checkpoints / REPLAY_FILE
+    if not path.exists():
+        logger.warning("no saved replay in %s: resuming with an empty replay memory", checkpoints)
+        return 0
+    try:
+        replay.restore(path)
+    except (ReplayFileError, OSError) as exc:
+        logger.warning("could not restore the replay from %s (%s): resuming with an empty replay memory", path, exc)
+        return 0
+    logger.info("restored %d transitions of replay from %s", len(replay), path)
+    return len(replay)
+
+
 def warm_up_learner(learner: Learner, cfg: Config, device: torch.device, monitor: Monitor) -> float:
     """Compile and warm up the learner (announced on the monitor); returns the seconds it took.
 
@@ -171,3 +208,24 @@ def warm_up_learner(learner: Learner, cfg: Config, device: torch.device, monitor
         f"startup: compile+warm-up done in {seconds:.1f} s (compiled={learner.compiled}, amp={learner.amp_dtype})"
     )
     return seconds
+
+
+def check_machine_and_lock(cfg: Config, root: Path, num_actions: int) -> RunLock:
+    """The preflight checks, then the run directory's lock: raised as one line, before anything exists."""
+    network_floats = state_numel(QNetwork(num_actions, cfg.frame_stack, cfg.dueling).state_dict())
+    for warning in check_machine(cfg, network_floats):
+        logger.warning(warning)
+    lock = RunLock(root).acquire()
+    if lock.previous_owner is not None:
+        logger.warning("took over the lock of %s from pid %d, which is gone", root, lock.previous_owner)
+    return lock
+
+
+def run_event_loop(coro: Coroutine[Any, Any, None]) -> None:
+    """Run the trainer's main coroutine on uvloop (asyncio's own loop where it is missing)."""
+    try:
+        import uvloop
+    except ImportError:  # pragma: no cover - uvloop is missing on some platforms
+        asyncio.run(coro)
+    else:
+        uvloop.run(coro)

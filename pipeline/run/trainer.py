@@ -45,14 +45,13 @@ import numpy as np
 
 import envs
 from config import Config
-from models import QNetwork
 from pipeline.learning.flat_state import flatten_state, state_numel
 from pipeline.run.collector import CollectorArgs
 from pipeline.run.consolidator import Consolidator
 from pipeline.run.evaluations import Evaluations
 from pipeline.run.monitor import COUNTER_KEYS, LEARNER_PHASES, CounterKey, LearnerPhase, Monitor, Snapshot
 from pipeline.run.pacing import RateLimiter, epsilon_at
-from pipeline.run.preflight import RunLock, check_machine
+from pipeline.run.preflight import RunLock
 from pipeline.run.run_checkpoints import RunCheckpoints, checkpoint_payload, cloned, resume_from, rolling_return
 from pipeline.run.snapshots import (
     collector_rows,
@@ -70,9 +69,13 @@ from pipeline.run.startup import (
     RunPaths,
     build_learner,
     build_replay,
+    check_machine_and_lock,
     load_resume_checkpoint,
     new_run_root,
     resolve_device,
+    restore_replay,
+    run_event_loop,
+    save_replay,
     seed_and_threads,
     warm_up_learner,
 )
@@ -138,15 +141,8 @@ class Trainer:
         else:
             self.resume_path = None
             root = new_run_root(cfg)
-        # Before anything is created: a machine that can hold this run, and one live run per
-        # directory (each a one-line error with the numbers and the fix).
         self.num_actions = envs.num_actions(cfg.env_id, cfg.action_set)
-        network_floats = state_numel(QNetwork(self.num_actions, cfg.frame_stack, cfg.dueling).state_dict())
-        for warning in check_machine(cfg, network_floats):
-            logger.warning(warning)
-        self.lock = RunLock(root).acquire()
-        if self.lock.previous_owner is not None:
-            logger.warning("took over the lock of %s from pid %d, which is gone", root, self.lock.previous_owner)
+        self.lock = check_machine_and_lock(cfg, root, self.num_actions)  # before anything is created
         self.paths = RunPaths(root)
         self.paths.make()
         self.checkpoints = RunCheckpoints(self.paths.checkpoints, cfg.keep_checkpoints)
@@ -166,8 +162,13 @@ class Trainer:
         self.learner = build_learner(cfg, self.num_actions, self.device)
         self.num_streams = cfg.num_processes * cfg.envs_per_collector  # one ring slot per environment
         self.replay = build_replay(cfg, self.num_streams, replay_device)
+        restored = 0
+        if self.resume_path is not None and cfg.save_replay:
+            restored = self.replay.inserted if restore_replay(self.replay, self.paths.checkpoints) else 0
         slack = max(32 * cfg.batch_size, cfg.replay_ratio * cfg.ring_capacity)
-        self.limiter = RateLimiter(cfg.replay_ratio, cfg.learning_starts, slack)
+        # The ratio counts from what this process inserts: a restored replay is warm-up
+        # already done, not a debt of updates to pay at once on old data.
+        self.limiter = RateLimiter(cfg.replay_ratio, max(cfg.learning_starts, restored), slack)
         if self.resume_path is not None:
             self.base, self.checkpoints.best_return = resume_from(self._resume_state, self.resume_path, self.learner)
             logger.info(
@@ -452,7 +453,7 @@ class Trainer:
         """Run until done or stopped; always stop collectors, checkpoint and unlink."""
         try:
             self.setup()
-            _run_event_loop(self._main())
+            run_event_loop(self._main())
         finally:
             self.shutdown()
         if self.fatal:
@@ -474,6 +475,8 @@ class Trainer:
                         pass
                 path = self.save(final=True)
                 logger.info("final checkpoint: %s (%s)", path, self.stop_reason or "stopped")
+                if self.cfg.save_replay and self.train_enabled:
+                    save_replay(self.replay, self.paths.checkpoints)
                 self._write_summary()
         finally:
             if self.monitor is not None:
@@ -516,12 +519,3 @@ class Trainer:
         segments.release(self.weights_segment, unlink=True)
         self.ring_segment = self.weights_segment = None
         self.ring = None
-
-
-def _run_event_loop(coro) -> None:
-    try:
-        import uvloop
-    except ImportError:  # pragma: no cover - uvloop is missing on some platforms
-        asyncio.run(coro)
-    else:
-        uvloop.run(coro)
