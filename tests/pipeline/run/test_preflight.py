@@ -5,6 +5,7 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 import signal
+import time
 
 import pytest
 
@@ -70,17 +71,16 @@ def test_an_absurd_collector_count_is_refused_and_more_than_cores_warns():
     assert footprint(cpu_config(num_processes=3), NUM_FLOATS).processes_bytes >= 3 * COLLECTOR_BYTES
 
 
-def _hold_lock(run_dir, ready, release):
-    lock = RunLock(run_dir).acquire()
+def _hold_lock(run_dir, ready):
+    lock = RunLock(run_dir).acquire()  # noqa: F841 - held (open) until the process dies
     ready.set()
-    release.wait(30)
-    lock.release()
+    time.sleep(600)  # killed by the test, holding the lock, as a crashed run would be
 
 
 def test_a_live_run_directory_is_refused_and_a_dead_runs_lock_is_taken_over(tmp_path):
     ctx = mp.get_context("spawn")
-    ready, release = ctx.Event(), ctx.Event()
-    holder = ctx.Process(target=_hold_lock, args=(tmp_path, ready, release))
+    ready = ctx.Event()
+    holder = ctx.Process(target=_hold_lock, args=(tmp_path, ready))
     holder.start()
     try:
         assert ready.wait(60)
@@ -97,5 +97,6 @@ def test_a_live_run_directory_is_refused_and_a_dead_runs_lock_is_taken_over(tmp_
         assert again.previous_owner is None
         again.release()
     finally:
-        release.set()
+        if holder.is_alive():
+            holder.kill()
         holder.join(30)
