@@ -166,6 +166,14 @@ class TrainingParts(SuiteBase):
         with_evaluator = self._training_window("evaluator", eval_interval_s=EVALUATOR_BACK_TO_BACK_S, window_s=seconds)[
             "window"
         ]
+        done = with_evaluator["evaluations_run"]
+        if not done:  # a figure of 0 frames/s "with the evaluator" would be a wrong answer, not a result
+            raise RuntimeError(
+                "no evaluation finished in the with-evaluator run, so its cost cannot be measured: one "
+                f"evaluation ({self.cfg.eval_episodes} episode(s) of at most {self.cfg.eval_max_steps} steps, "
+                "niced) took longer than the run on this machine; rerun with a larger --seconds or "
+                "--set eval_max_steps=N"
+            )
         after = self._training_window("no-evaluator-again", window_s=seconds)["window"]
         f = result.figures
         f["frames_per_s_without"] = (before["frames_per_s"] + after["frames_per_s"]) / 2
@@ -176,7 +184,6 @@ class TrainingParts(SuiteBase):
         f["evaluator_cpu_pct"] = with_evaluator["evaluator_cpu_pct"]
         # Per evaluation, as the evaluator timed them: every evaluation of the run (the window
         # opens after the first, so there is at least one), not only those inside the window.
-        done = with_evaluator["evaluations_run"]
         nan = float("nan")
         f["wall_s_per_evaluation"] = with_evaluator["eval_wall_s_total"] / done if done else nan
         f["cpu_s_per_evaluation"] = with_evaluator["eval_cpu_s_total"] / done if done else nan
