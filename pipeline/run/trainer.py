@@ -88,6 +88,7 @@ from pipeline.transport import segments
 from pipeline.transport.weights import WeightsBlock, block_bytes
 
 logger = logging.getLogger("mario.trainer")
+SLACK_BATCHES = 4  # how far (in batches of samples) the learner may fall behind the replay ratio
 
 
 class Trainer:
@@ -165,7 +166,9 @@ class Trainer:
         restored = 0
         if self.resume_path is not None and cfg.save_replay:
             restored = self.replay.inserted if restore_replay(self.replay, self.paths.checkpoints) else 0
-        slack = max(32 * cfg.batch_size, cfg.replay_ratio * cfg.ring_capacity)
+        # The consolidator's budget paces inserts smoothly, so a few batches of slack are
+        # enough; the old 2,048 samples showed as a ratio of 3.06 of 4 in a 20 s window.
+        slack = SLACK_BATCHES * cfg.batch_size
         # The ratio counts from what this process inserts: a restored replay is warm-up
         # already done, not a debt of updates to pay at once on old data.
         self.limiter = RateLimiter(cfg.replay_ratio, max(cfg.learning_starts, restored), slack)
