@@ -118,6 +118,22 @@ class LearnerSettings:
     compile_backend: str = "inductor"
     compile_mode: str | None = None  # torch.compile mode, e.g. "max-autotune"; None = default
 
+    @classmethod
+    def from_config(cls, cfg: Any, *, compile: bool, amp: bool, device: str) -> LearnerSettings:
+        """The learner's part of a run's :class:`config.Config`; compile/amp as decided for the machine."""
+        return cls(
+            learning_rate=cfg.learning_rate,
+            adam_eps=cfg.adam_eps,
+            grad_clip=cfg.grad_clip,
+            grad_accum=cfg.grad_accum,
+            target_sync_updates=cfg.target_sync_updates,
+            dueling=cfg.dueling,
+            frame_stack=cfg.frame_stack,
+            compile=compile,
+            amp=amp,
+            device=device,
+        )
+
 
 def _resolve_device(name: str) -> torch.device:
     device = torch.device(name)

@@ -52,7 +52,10 @@ def learner_spec(
     replay_device: torch.device | str | None = None,
 ) -> dict[str, Any]:
     """What the learner child measures (plain data: it is pickled to the child)."""
+    from dataclasses import asdict
+
     import envs
+    from pipeline.learning.learner import LearnerSettings
 
     unknown = [v for v in variants if v not in LEARNER_VARIANTS]
     if unknown:
@@ -73,15 +76,8 @@ def learner_spec(
         "n_step": cfg.n_step,
         "gamma": cfg.gamma,
         "seed": cfg.seed,
-        "settings": dict(
-            learning_rate=cfg.learning_rate,
-            adam_eps=cfg.adam_eps,
-            grad_clip=cfg.grad_clip,
-            grad_accum=cfg.grad_accum,
-            target_sync_updates=cfg.target_sync_updates,
-            dueling=cfg.dueling,
-            frame_stack=cfg.frame_stack,
-        ),
+        # compile, amp and device are set per variant in the child.
+        "settings": asdict(LearnerSettings.from_config(cfg, compile=False, amp=False, device=str(device))),
     }
 
 

@@ -131,21 +131,8 @@ def build_learner(cfg: Config, num_actions: int, device: torch.device) -> Learne
     # "auto" by the fastest measured variant, and a Config made in code that still says
     # "auto" gets the same (cached) choice here.
     choice = choose_learner(cfg, str(device))
-    return Learner(
-        num_actions,
-        LearnerSettings(
-            learning_rate=cfg.learning_rate,
-            adam_eps=cfg.adam_eps,
-            grad_clip=cfg.grad_clip,
-            grad_accum=cfg.grad_accum,
-            target_sync_updates=cfg.target_sync_updates,
-            dueling=cfg.dueling,
-            frame_stack=cfg.frame_stack,
-            compile=choice.compile,
-            amp=choice.amp,
-            device=str(device),
-        ),
-    )
+    settings = LearnerSettings.from_config(cfg, compile=choice.compile, amp=choice.amp, device=str(device))
+    return Learner(num_actions, settings)
 
 
 def build_replay(cfg: Config, num_streams: int, device: torch.device) -> ReplayMemory:
