@@ -6,13 +6,15 @@ appears in /dev/shm while a module runs and is still there when it ends fails th
 
 from __future__ import annotations
 
+import os
 import subprocess
 import time
 from collections.abc import Callable
 
+import psutil
 import pytest
 
-from pipeline.transport.segments import project_segments
+from pipeline.transport.segments import owner_pid, project_segments
 
 
 def wait_until(
@@ -36,10 +38,26 @@ def wait_until(
         time.sleep(poll_s)
 
 
+def _leaked_by_us(name: str) -> bool:
+    """A segment this test process (or a process it started) owns, or whose owner is gone.
+
+    A segment owned by a live process outside this process tree is another run's (a run
+    on the same machine beside the suite), not a leak of the module under test.
+    """
+    pid = owner_pid(name)
+    if pid is None or pid == os.getpid():
+        return True
+    try:
+        owner = psutil.Process(pid)
+        return owner.status() == psutil.STATUS_ZOMBIE or os.getpid() in {p.pid for p in owner.parents()}
+    except psutil.NoSuchProcess:
+        return True
+
+
 @pytest.fixture(scope="module", autouse=True)
 def _no_leaked_segments():
     """Fail the module if it leaves a project segment in /dev/shm that was not there before."""
     before = set(project_segments())
     yield
-    left = sorted(set(project_segments()) - before)
+    left = sorted(name for name in set(project_segments()) - before if _leaked_by_us(name))
     assert not left, f"shared-memory segments left behind: {left}"
