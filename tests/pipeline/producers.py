@@ -24,7 +24,7 @@ import numpy as np
 
 from pipeline.transport import ring as R
 from pipeline.transport.records import RECORD_DTYPE
-from pipeline.transport.segments import attach_segment, create_segment, project_segments, release, segment_name
+from pipeline.transport.segments import attach_segment, create_segment, release, segment_name
 
 POOL = 61  # frames per producer pool (prime, so neighbouring seqs never share a frame)
 FRAME_BYTES = 84 * 84
@@ -67,11 +67,6 @@ def attached_ring(ring_name: str):
         if ring is not None:
             ring.close()
         release(segment, unlink=False)
-
-
-def assert_no_segments(tag: str) -> None:
-    left = project_segments(tag)
-    assert not left, f"shared-memory segments left behind: {left}"
 
 
 def kill_all(processes) -> None:
