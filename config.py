@@ -102,6 +102,9 @@ class Config:
     """Updates between target network syncs (full state_dict, BatchNorm buffers included)."""
     dueling: bool = True
     """Use the dueling head."""
+    augment_shift: int = 4
+    """Random-shift augmentation: the learner shifts each sample's obs and next obs by up
+    to this many pixels per axis, independently (DrQ; 0 = off)."""
     updates_per_epoch: int = 100
     """Learner updates per epoch."""
     model_update_frequency: int = 1
@@ -144,6 +147,9 @@ class Config:
     """Save the replay memory beside the final checkpoint (compressed, ~55 MB per 100k Mario
     transitions, written atomically) and restore it on --resume, so a resumed run does not
     start again from an empty buffer. A missing or corrupt file gives one warning."""
+    mark_interval_frames: int = 0
+    """Also keep the network's weights every this many frames in checkpoints/marks/ (the
+    learning benchmark evaluates them afterwards; 0 = off). About 7 MB each."""
     keep_checkpoints: int = 3
     """Periodic checkpoints kept (plus the final one)."""
     monitor_interval_s: float = 5.0
@@ -222,6 +228,7 @@ PRESETS: dict[str, dict[str, Any]] = {
     "tiny": dict(
         env_id="Catch-v0",
         reward_scale=1.0,
+        augment_shift=0,  # a shifted Catch frame moves the ball a column: no longer the same state
         num_processes=1,
         envs_per_collector=1,
         batch_size=32,
@@ -433,8 +440,13 @@ def validate(cfg: Config) -> None:
         "total_frames",
         "seed",
         "learner_threads",
+        "mark_interval_frames",
     ):
         non_negative(name)
+    if not 0 <= cfg.augment_shift <= 16:
+        problems.append(
+            _problem("augment_shift", cfg.augment_shift, "must be in 0..16 pixels", "use 4 (DrQ's shift), or 0 for off")
+        )
     for name in (
         "heartbeat_timeout_s",
         "checkpoint_interval_s",

@@ -66,6 +66,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from models import QNetwork
+from pipeline.learning.augment import random_shift
 from pipeline.learning.replay import Batch  # the batch type the replay memory samples
 
 __all__ = [
@@ -112,6 +113,7 @@ class LearnerSettings:
     target_sync_updates: int = 2000
     dueling: bool = True
     frame_stack: int = 4
+    augment_pad: int = 0  # random-shift augmentation of obs and next_obs (pixels; 0 = off)
     compile: bool = True
     amp: bool = True
     device: str = "cpu"
@@ -129,6 +131,7 @@ class LearnerSettings:
             target_sync_updates=cfg.target_sync_updates,
             dueling=cfg.dueling,
             frame_stack=cfg.frame_stack,
+            augment_pad=cfg.augment_shift,
             compile=compile,
             amp=amp,
             device=device,
@@ -212,12 +215,25 @@ class Learner:
     # ------------------------------------------------------------------ public API
 
     def update(self, batch: BatchLike) -> None:
-        """One optimizer step on ``batch`` (split into ``grad_accum`` micro-batches)."""
-        tensors = self._batch_to_device(batch)
+        """One optimizer step on ``batch`` (split into ``grad_accum`` micro-batches).
+
+        With ``augment_pad``, ``obs`` and ``next_obs`` are randomly shifted first, each
+        with offsets of its own (:func:`~pipeline.learning.augment.random_shift`).
+        """
+        tensors = self.augmented(self._batch_to_device(batch))
         if self._compile_pending:
             self._first_compiled_update(tensors)
         else:
             self._update_step(*tensors)
+
+    def augmented(self, tensors: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]:
+        """The device batch (obs, action, ret, next_obs, discount, weight) with ``obs`` and
+        ``next_obs`` shifted by offsets of their own (unchanged when ``augment_pad`` is 0)."""
+        pad = self.settings.augment_pad
+        if not pad:
+            return tensors
+        obs, action, ret, next_obs, discount, weight = tensors
+        return random_shift(obs, pad), action, ret, random_shift(next_obs, pad), discount, weight
 
     def compute_loss(self, batch: BatchLike) -> torch.Tensor:
         """The full-batch masked Huber loss the update minimises, with its autograd graph.
