@@ -3,6 +3,8 @@
 - :func:`checkpoint_payload`: the learner, the run's counters, its settings and every RNG.
 - :class:`RunCheckpoints`: periodic and final ``ckpt-<frames>.pt`` files (the newest
   ``keep`` kept) and ``best.pt``, the weights behind the best rolling training return.
+- :func:`save_mark`: the online network alone, at a fixed frame count, in ``marks/``
+  (never rotated; what the learning benchmark evaluates after a run).
 - :func:`resume_from`: puts a checkpoint's learner and RNG state back and returns its counters.
 
 The files themselves (atomic, safely loaded, rotated) are :mod:`pipeline.learning.checkpoint`'s.
@@ -31,6 +33,7 @@ from pipeline.run.monitor import COUNTER_KEYS, CounterKey
 from pipeline.transport.episodes import EpisodeSummary
 
 BEST_NAME = "best.pt"
+MARKS_DIR = "marks"
 # best.pt needs a return averaged over this many training episodes at least.
 MIN_EPISODES_FOR_BEST = 10
 ROLLING_EPISODES = 100
@@ -85,6 +88,35 @@ class RunCheckpoints:
             save_checkpoint(self.directory / BEST_NAME, payload)
         rotate_checkpoints(self.directory, self.keep, self.directory / BEST_NAME)
         return path
+
+
+def mark_name(frames: int) -> str:
+    """``frames-000500000.pt``: marks sort by name in frame order."""
+    return f"frames-{frames:09d}.pt"
+
+
+def next_mark(frames: int, interval: int) -> int:
+    """The first multiple of ``interval`` above ``frames`` (a resumed run goes on from there)."""
+    return (frames // interval + 1) * interval
+
+
+def mark_payload(learner: Learner, totals: Mapping[CounterKey, int], cfg: Config, num_actions: int) -> dict[str, Any]:
+    """What :func:`~pipeline.learning.policy.load_policy` needs: the online net (cloned,
+    so updates going on meanwhile cannot tear it), the counters, config and action count."""
+    return {
+        "learner": {"online": cloned(learner.online.state_dict())},
+        "counters": dict(totals),
+        "config": cfg.to_dict(),
+        "num_actions": num_actions,
+    }
+
+
+def save_mark(checkpoints: Path, payload: dict[str, Any], mark: int) -> Path:
+    """Write ``checkpoints/marks/frames-<mark>.pt`` atomically."""
+    path = checkpoints / MARKS_DIR / mark_name(mark)
+    path.parent.mkdir(exist_ok=True)
+    save_checkpoint(path, payload)
+    return path
 
 
 def resume_from(state: dict[str, Any], path: Path, learner: Learner) -> tuple[dict[CounterKey, int], float]:

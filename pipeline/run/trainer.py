@@ -52,7 +52,16 @@ from pipeline.run.evaluations import Evaluations
 from pipeline.run.monitor import COUNTER_KEYS, LEARNER_PHASES, CounterKey, LearnerPhase, Monitor, Snapshot
 from pipeline.run.pacing import RateLimiter, epsilon_at
 from pipeline.run.preflight import RunLock
-from pipeline.run.run_checkpoints import RunCheckpoints, checkpoint_payload, cloned, resume_from, rolling_return
+from pipeline.run.run_checkpoints import (
+    RunCheckpoints,
+    checkpoint_payload,
+    cloned,
+    mark_payload,
+    next_mark,
+    resume_from,
+    rolling_return,
+    save_mark,
+)
 from pipeline.run.snapshots import (
     collector_rows,
     copy_slot_counters,
@@ -128,6 +137,7 @@ class Trainer:
         self._t0 = time.monotonic()
         self._last_checkpoint_t = time.monotonic()
         self.final_checkpoint: Path | None = None
+        self._next_mark = 0  # frames at which the next mark is kept (mark_interval_frames)
         self.consolidator: Consolidator | None = None
         self.evaluations = Evaluations()
         self.lock: RunLock | None = None
@@ -184,6 +194,8 @@ class Trainer:
         )
         self.monitor.start_display()
         self.monitor.announce(f"run directory {self.paths.root}")
+        if cfg.mark_interval_frames:
+            self._next_mark = next_mark(self.base["frames"], cfg.mark_interval_frames)
         if self.train_enabled:
             self.startup["compile+warm-up"] = warm_up_learner(self.learner, cfg, self.device, self.monitor)
         self._create_shared_memory()
@@ -307,6 +319,8 @@ class Trainer:
                 # Seconds since collectors were started (the learner's warm-up is separate).
                 self.startup["first transition"] = time.monotonic() - self._t0
             self.weights.epsilon = self.epsilon()
+            if cfg.mark_interval_frames and self.total("frames") >= self._next_mark:
+                await self.save_mark_in_background()  # before the stop check: the last mark counts
             if cfg.total_frames and self.total("frames") >= cfg.total_frames:
                 self.request_stop(f"reached {cfg.total_frames} frames")
                 break
@@ -405,6 +419,15 @@ class Trainer:
         path = await asyncio.to_thread(self.checkpoints.save, cloned(payload), frames, score)
         self._last_checkpoint_t = time.monotonic()
         return path
+
+    async def save_mark_in_background(self) -> Path:
+        """The online net at the frame mark just passed (a few frames past it: collectors
+        are not stopped for it), written by a worker thread."""
+        totals = {k: self.total(k) for k in COUNTER_KEYS}
+        payload = mark_payload(self.learner, totals, self.cfg, self.num_actions)
+        mark = self._next_mark
+        self._next_mark = next_mark(totals["frames"], self.cfg.mark_interval_frames)
+        return await asyncio.to_thread(save_mark, self.paths.checkpoints, payload, mark)
 
     # -- run ------------------------------------------------------------------------------
     def request_stop(self, reason: str) -> None:

@@ -24,6 +24,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from envs import make_env
 from models import QNetwork
 from pipeline.learning.checkpoint import load_checkpoint
+from pipeline.learning.policy import load_policy
 from pipeline.transport.segments import project_segments, run_tag
 from tests.conftest import wait_until
 
@@ -186,6 +187,8 @@ def test_sigint_stops_cleanly_and_resume_continues_counters(tmp_path):
             str(target),
             "--monitor",
             "log",
+            "--set",
+            "mark_interval_frames=500",
         ],
         cwd=ROOT,
         capture_output=True,
@@ -198,4 +201,14 @@ def test_sigint_stops_cleanly_and_resume_continues_counters(tmp_path):
     assert after["updates"] > before["updates"]
     rows = read_csv(run / "metrics.csv")
     assert float(rows[-1]["frames"]) >= target  # the same CSV continues
+    # Marks: every multiple of 500 frames passed after the resume point, the last included,
+    # each a loadable policy taken at or just after its mark.
+    # (Frames still in flight when the stop is asked for may pass one more mark unsaved.)
+    marks = sorted((run / "checkpoints" / "marks").glob("frames-*.pt"))
+    kept = [int(p.stem.split("-")[1]) for p in marks]
+    first = (before["frames"] // 500 + 1) * 500
+    assert kept == list(range(first, kept[-1] + 1, 500)) and kept[-1] > target - 500, kept
+    for mark, path in zip(kept, marks):
+        policy = load_policy(path)
+        assert mark <= policy.frames < mark + 500 and policy.frames <= after["frames"]
     assert not project_segments(run_tag(run))
