@@ -17,8 +17,29 @@ from pipeline.bench.suite import Suite
 from pipeline.bench.suite_base import log
 
 
+def _without_only_learning(argv: list[str]) -> list[str] | None:
+    """``argv`` less its ``--only learning`` when it asks for the learning benchmark, else None."""
+    for index, arg in enumerate(argv):
+        if arg == "--":  # training flags follow
+            break
+        if arg == "--only=learning":
+            return argv[:index] + argv[index + 1 :]
+        if arg == "--only" and argv[index + 1 : index + 2] == ["learning"]:
+            return argv[:index] + argv[index + 2 :]
+    return None
+
+
 def bench_command(argv: list[str]) -> int:
-    """``python main.py bench [...]``: run the suite, print one table; 0, or 1 if a part failed."""
+    """``python main.py bench [...]``: run the suite, print one table; 0, or 1 if a part failed.
+
+    ``--only learning`` is the learning benchmark (:mod:`pipeline.bench.learning`): hours
+    of training, not seconds of measuring, with flags of its own.
+    """
+    learning_argv = _without_only_learning(argv)
+    if learning_argv is not None:
+        from pipeline.bench.learning import learning_command
+
+        return learning_command(learning_argv)
     options, resolved = parse_options(argv)
     cfg = resolved.config
     os.environ.setdefault("PYTHONWARNINGS", "ignore::DeprecationWarning")
