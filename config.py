@@ -26,6 +26,7 @@ NUM_PROCESSES: int | None = None  # collector processes (each steps envs_per_col
 BATCH_SIZE: int | None = None  # learner mini-batch size
 ENV_ID: str | None = None  # e.g. "SuperMarioBros-1-1-v0", "SuperMarioBrosRandomStages-v0", "Catch-v0"
 TOTAL_FRAMES: int | None = None  # stop after this many emulator frames (0 = run until Ctrl-C)
+BACKEND: str | None = None  # "local" (collectors on this machine) or "ray" (collectors on a Ray cluster)
 # ---------------------------------------------------------------------------------------
 
 KNOBS: dict[str, str] = {
@@ -33,6 +34,7 @@ KNOBS: dict[str, str] = {
     "BATCH_SIZE": "batch_size",
     "ENV_ID": "env_id",
     "TOTAL_FRAMES": "total_frames",
+    "BACKEND": "backend",
 }
 
 
@@ -102,6 +104,15 @@ class Config:
     """Updates between target network syncs (full state_dict, BatchNorm buffers included)."""
     dueling: bool = True
     """Use the dueling head."""
+    prioritized_replay: bool = False
+    """Prioritized replay: draw transitions in proportion to (|TD error| + eps) ** alpha and
+    weight their loss by importance sampling (proportional PER on a sum tree)."""
+    priority_alpha: float = 0.5
+    """How strongly priorities skew sampling (0 = uniform)."""
+    priority_beta_start: float = 0.4
+    """Importance-sampling exponent at the start, annealed linearly to 1."""
+    priority_beta_frames: int = 2_000_000
+    """Emulator frames over which the importance-sampling exponent reaches 1."""
     augment_shift: int = 4
     """Random-shift augmentation: the learner shifts each sample's obs and next obs by up
     to this many pixels per axis, independently (DrQ; 0 = off)."""
@@ -156,6 +167,19 @@ class Config:
     """Seconds between monitor refreshes (table, log line, CSV row, TensorBoard)."""
     monitor: str = "auto"
     """Monitor display: auto (live table on a terminal, log lines otherwise), table, log, off."""
+
+    # --- cluster -------------------------------------------------------------------------
+    backend: str = "local"
+    """Where the collectors run: local (processes on this machine, nothing to install) or ray
+    (a node agent on every node of a Ray cluster that offers the collector_node resource
+    starts num_processes collectors there; needs pip install -e ".[ray]")."""
+    ray_address: str = ""
+    """The Ray cluster of --backend ray: '' starts a one-node Ray on this machine for the run,
+    'auto' joins the cluster `ray start` runs here, HOST:PORT joins the head node there."""
+    ray_nodes: int = 0
+    """With --backend ray, collector nodes to wait for before the run starts (0 = the ones
+    present, at least one); the replay keeps one stream per env of each, and a node that
+    dies leaves its place to the next node that joins."""
 
     # --- evaluation during training ------------------------------------------------------
     eval_interval_s: float = 120.0
@@ -431,6 +455,7 @@ def validate(cfg: Config) -> None:
         "epsilon_decay_frames",
         "eval_episodes",
         "eval_max_steps",
+        "priority_beta_frames",
     ):
         positive(name)
     for name in (
@@ -469,9 +494,14 @@ def validate(cfg: Config) -> None:
         )
     if not 0.0 < cfg.gamma <= 1.0:
         problems.append(_problem("gamma", cfg.gamma, "must be in (0, 1]", "use e.g. 0.99"))
-    for name in ("epsilon_start", "epsilon_end"):
+    for name, example in (
+        ("epsilon_start", "1.0"),
+        ("epsilon_end", "0.05"),
+        ("priority_alpha", "0.5"),
+        ("priority_beta_start", "0.4"),
+    ):
         if not 0.0 <= getattr(cfg, name) <= 1.0:
-            problems.append(_problem(name, getattr(cfg, name), "must be in [0, 1]", "use e.g. 1.0 and 0.05"))
+            problems.append(_problem(name, getattr(cfg, name), "must be in [0, 1]", f"use e.g. {example}"))
     if not cfg.reward_scale > 0 or cfg.reward_scale == float("inf"):
         problems.append(_problem("reward_scale", cfg.reward_scale, "must be a finite number > 0", "use e.g. 0.1"))
     if cfg.action_set not in ("right_only", "simple", "complex"):
@@ -482,6 +512,7 @@ def validate(cfg: Config) -> None:
         ("monitor", ("auto", "table", "log", "off")),
         ("compile", SWITCH_VALUES),
         ("amp", SWITCH_VALUES),
+        ("backend", ("local", "ray")),
     ):
         if getattr(cfg, name) not in allowed:
             problems.append(

@@ -206,7 +206,7 @@ class Learner:
 
         self._params: list[nn.Parameter] = list(self.online.parameters())
         self._targets_fn: Callable[..., torch.Tensor] = self._targets_impl
-        self._loss_fn: Callable[..., tuple[torch.Tensor, torch.Tensor]] = self._loss_impl
+        self._loss_fn: Callable[..., tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = self._loss_impl
         # Compilation is attempted once, at the first update (normally inside warmup()).
         self._compile_pending: bool = settings.compile
         self._metric_sums = torch.zeros(5, dtype=torch.float32, device=self.device)
@@ -214,17 +214,20 @@ class Learner:
 
     # ------------------------------------------------------------------ public API
 
-    def update(self, batch: BatchLike) -> None:
+    def update(self, batch: BatchLike) -> torch.Tensor:
         """One optimizer step on ``batch`` (split into ``grad_accum`` micro-batches).
+
+        Returns each sample's absolute TD error ``|target - Q(s, a)|`` (float32 ``[B]``,
+        detached, on the learner's device; no host sync): a prioritized replay's new
+        priorities.
 
         With ``augment_pad``, ``obs`` and ``next_obs`` are randomly shifted first, each
         with offsets of its own (:func:`~pipeline.learning.augment.random_shift`).
         """
         tensors = self.augmented(self._batch_to_device(batch))
         if self._compile_pending:
-            self._first_compiled_update(tensors)
-        else:
-            self._update_step(*tensors)
+            return self._first_compiled_update(tensors)
+        return self._update_step(*tensors)
 
     def augmented(self, tensors: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]:
         """The device batch (obs, action, ret, next_obs, discount, weight) with ``obs`` and
@@ -243,7 +246,7 @@ class Learner:
         """
         obs, action, ret, next_obs, discount, weight = self._batch_to_device(batch)
         target = self._compute_targets(next_obs, ret, discount)
-        loss, _ = self._loss_fn(obs, action, target, weight, weight.sum().clamp(min=1.0))
+        loss, _, _ = self._loss_fn(obs, action, target, weight, weight.sum().clamp(min=1.0))
         return loss
 
     def warmup(self, batch_size: int) -> float:
@@ -345,13 +348,14 @@ class Learner:
         next_obs: torch.Tensor,
         discount: torch.Tensor,
         weight: torch.Tensor,
-    ) -> None:
+    ) -> torch.Tensor:
         target = self._compute_targets(next_obs, ret, discount)
         # Normalising every micro-batch by the full batch's weight makes the accumulated
         # gradient equal the full-batch gradient.
         denom = weight.sum().clamp(min=1.0)
         self.optimizer.zero_grad(set_to_none=True)
         accum = self.settings.grad_accum
+        td_errors = []
         for obs_c, action_c, target_c, weight_c in zip(
             obs.tensor_split(accum),
             action.tensor_split(accum),
@@ -360,7 +364,8 @@ class Learner:
         ):
             if obs_c.shape[0] == 0:  # grad_accum larger than the batch
                 continue
-            loss, stats = self._loss_fn(obs_c, action_c, target_c, weight_c, denom)
+            loss, stats, td_abs = self._loss_fn(obs_c, action_c, target_c, weight_c, denom)
+            td_errors.append(td_abs)
             if self.scaler is not None:
                 self.scaler.scale(loss).backward()
             else:
@@ -380,6 +385,7 @@ class Learner:
         self.updates += 1
         if self.updates % self.settings.target_sync_updates == 0:
             self.sync_target()
+        return td_errors[0] if len(td_errors) == 1 else torch.cat(td_errors)
 
     def _compute_targets(self, next_obs: torch.Tensor, ret: torch.Tensor, discount: torch.Tensor) -> torch.Tensor:
         # Mode switches stay outside the compiled function: the compiled graphs are
@@ -412,8 +418,9 @@ class Learner:
         target: torch.Tensor,
         weight: torch.Tensor,
         denom: torch.Tensor,
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Masked Huber loss and detached [loss, sum w|td|, sum w*q, sum w] statistics."""
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Masked Huber loss, detached [loss, sum w|td|, sum w*q, sum w] statistics, and the
+        per-sample |td| (detached)."""
         with self._autocast():
             q_all = self.online(obs)
         q_taken = q_all.float().gather(1, action.unsqueeze(1)).squeeze(1)
@@ -421,25 +428,26 @@ class Learner:
         per_sample = F.smooth_l1_loss(q_taken, target, reduction="none", beta=1.0)
         loss = (weight * per_sample).sum() / denom
         q_detached = q_taken.detach()
+        td_abs = (target - q_detached).abs()
         stats = torch.stack(
             [
                 loss.detach(),
-                (weight * (target - q_detached).abs()).sum(),
+                (weight * td_abs).sum(),
                 (weight * q_detached).sum(),
                 weight.sum(),
             ]
         )
-        return loss, stats
+        return loss, stats, td_abs
 
     # ------------------------------------------------------------------ compile
 
-    def _first_compiled_update(self, tensors: tuple[torch.Tensor, ...]) -> None:
+    def _first_compiled_update(self, tensors: tuple[torch.Tensor, ...]) -> torch.Tensor:
         self._compile_pending = False
         snapshot = self._snapshot()
         try:
             self._targets_fn = self._compile(self._targets_impl)
             self._loss_fn = self._compile(self._loss_impl)
-            self._update_step(*tensors)
+            td_abs = self._update_step(*tensors)
         except Exception as exc:  # any compiler/backend failure: fall back, do not crash
             self._restore(snapshot)  # undo whatever the failed attempt changed
             self._targets_fn = self._targets_impl
@@ -452,9 +460,9 @@ class Learner:
                 stacklevel=3,
             )
             logger.debug("torch.compile failure", exc_info=True)
-            self._update_step(*tensors)
-        else:
-            self.compiled = True
+            return self._update_step(*tensors)
+        self.compiled = True
+        return td_abs
 
     def _compile(self, fn: Callable[..., Any]) -> Callable[..., Any]:
         # dynamic=False: batch shapes are fixed in training; static-shape kernels are

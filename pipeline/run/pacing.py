@@ -18,6 +18,12 @@ def epsilon_at(cfg: Config, frames: int) -> float:
     return cfg.epsilon_start + fraction * (cfg.epsilon_end - cfg.epsilon_start)
 
 
+def priority_beta_at(cfg: Config, frames: int) -> float:
+    """Prioritized replay's importance-sampling exponent after ``frames``: linear to 1."""
+    fraction = min(1.0, frames / cfg.priority_beta_frames)
+    return cfg.priority_beta_start + fraction * (1.0 - cfg.priority_beta_start)
+
+
 class RateLimiter:
     """Keeps samples drawn per inserted transition near ``ratio``, in both directions.
 

@@ -145,6 +145,9 @@ def build_replay(cfg: Config, num_streams: int, device: torch.device) -> ReplayM
         gamma=cfg.gamma,
         device=device,
         seed=cfg.seed,
+        prioritized=cfg.prioritized_replay,
+        alpha=cfg.priority_alpha,
+        beta=cfg.priority_beta_start,
     )
 
 

@@ -46,11 +46,12 @@ import numpy as np
 import envs
 from config import Config
 from pipeline.learning.flat_state import flatten_state, state_numel
+from pipeline.run.collection import CollectionBackend
 from pipeline.run.collector import CollectorArgs
 from pipeline.run.consolidator import Consolidator
 from pipeline.run.evaluations import Evaluations
 from pipeline.run.monitor import COUNTER_KEYS, LEARNER_PHASES, CounterKey, LearnerPhase, Monitor, Snapshot
-from pipeline.run.pacing import RateLimiter, epsilon_at
+from pipeline.run.pacing import RateLimiter, epsilon_at, priority_beta_at
 from pipeline.run.preflight import RunLock
 from pipeline.run.run_checkpoints import (
     RunCheckpoints,
@@ -110,13 +111,16 @@ class Trainer:
         train: bool = True,
         time_limit_s: float | None = None,
         on_snapshot: Callable[[Snapshot, Trainer], None] | None = None,
+        collection: CollectionBackend | None = None,
     ) -> None:
         """``train=False`` runs collection only (benchmarks); ``throttle=False`` lets the
         consolidator drain regardless of the replay ratio; ``time_limit_s`` stops the run
         after that many seconds of collection; ``on_snapshot(snapshot, trainer)`` sees
         every monitor snapshot taken while the run is going (the benchmark's window; it may
-        call :meth:`request_stop`)."""
+        call :meth:`request_stop`); ``collection`` runs the collectors elsewhere (the Ray
+        backend) instead of as this machine's processes."""
         self.cfg = cfg
+        self.collection = collection
         self.time_limit_s = time_limit_s
         self.on_snapshot = on_snapshot
         self.sources = sources or {}
@@ -171,7 +175,8 @@ class Trainer:
         replay_device = self.device if cfg.replay_device == "auto" else resolve_device(cfg.replay_device)
         seed_and_threads(cfg)
         self.learner = build_learner(cfg, self.num_actions, self.device)
-        self.num_streams = cfg.num_processes * cfg.envs_per_collector  # one ring slot per environment
+        self.num_collectors = cfg.num_processes if self.collection is None else self.collection.prepare(cfg)
+        self.num_streams = self.num_collectors * cfg.envs_per_collector  # one ring slot per environment
         self.replay = build_replay(cfg, self.num_streams, replay_device)
         restored = 0
         if self.resume_path is not None and cfg.save_replay:
@@ -204,6 +209,9 @@ class Trainer:
         cfg = self.cfg
         layout = R.RingLayout(self.num_streams, cfg.ring_capacity)
         num_floats = state_numel(self.learner.online.state_dict())
+        if self.collection is not None:  # the rings live on the collectors' nodes
+            self._open_collection(num_floats)
+            return
         try:  # the pages are reserved now: a /dev/shm filled since the preflight fails here
             self.ring_segment = segments.create_segment(segments.segment_name(self.tag, "ring"), layout.total_bytes)
             self.weights_segment = segments.create_segment(
@@ -217,6 +225,20 @@ class Trainer:
         # The supervisor watches each collector's home slot (its first).
         home_slots = [self.ring.slots[self._slots_of(i)[0]] for i in range(cfg.num_processes)]
         self.supervisor = Supervisor(home_slots, self._collector_args, heartbeat_timeout_s=cfg.heartbeat_timeout_s)
+
+    def _open_collection(self, num_floats: int) -> None:
+        """The learner's own weights block (the evaluator reads it) and the backend's stand-ins."""
+        assert self.collection is not None
+        try:
+            self.weights_segment = segments.create_segment(
+                segments.segment_name(self.tag, "weights"), block_bytes(num_floats)
+            )
+        except segments.SegmentSpaceError as exc:
+            raise TrainingError(str(exc)) from None
+        self.weights = WeightsBlock.initialise(self.weights_segment.buf, num_floats)
+        self.ring, self.supervisor, self.consolidator = self.collection.open(
+            run_tag=self.tag, num_floats=num_floats, log_dir=self.paths.logs, weights=self.weights, insert=self._insert
+        )
 
     def _slots_of(self, collector: int) -> tuple[int, ...]:
         k = self.cfg.envs_per_collector
@@ -255,9 +277,10 @@ class Trainer:
     def _publish(self) -> None:
         assert self.weights is not None
         t = time.perf_counter_ns()
-        self.weights.publish(
-            flatten_state(self.learner.publishable_state()), learner_step=self.total("updates"), epsilon=self.epsilon()
-        )
+        flat, step, epsilon = flatten_state(self.learner.publishable_state()), self.total("updates"), self.epsilon()
+        version = self.weights.publish(flat, learner_step=step, epsilon=epsilon)
+        if self.collection is not None:
+            self.collection.publish(flat, version=version, epsilon=epsilon, learner_step=step)
         self.learner_ns["publish"] += time.perf_counter_ns() - t
 
     def epsilon(self) -> float:
@@ -278,7 +301,7 @@ class Trainer:
     async def _train(self) -> None:
         cfg, stop = self.cfg, self.stop_event
         assert stop is not None
-        batch = cfg.batch_size
+        batch, prioritized = cfg.batch_size, self.replay.prioritized
         while not stop.is_set():
             if not self.limiter.can_sample(
                 self.replay.inserted, self.counters["samples"], batch
@@ -288,9 +311,14 @@ class Trainer:
                 self.learner_ns["wait"] += time.perf_counter_ns() - t
                 continue
             t0 = time.perf_counter_ns()
-            sample = self.replay.sample(batch)
+            if prioritized:
+                sample, index = self.replay.sample(batch, return_index=True)
+            else:
+                sample = self.replay.sample(batch)
             t1 = time.perf_counter_ns()
-            self.learner.update(sample)
+            td_errors = self.learner.update(sample)
+            if prioritized:  # device ops only: no host sync per update
+                self.replay.update_priorities(index, td_errors, valid=sample.weight > 0)
             t2 = time.perf_counter_ns()
             self.learner_ns["sample"] += t1 - t0
             self.learner_ns["update"] += t2 - t1
@@ -319,6 +347,8 @@ class Trainer:
                 # Seconds since collectors were started (the learner's warm-up is separate).
                 self.startup["first transition"] = time.monotonic() - self._t0
             self.weights.epsilon = self.epsilon()
+            if self.replay.prioritized:
+                self.replay.beta = priority_beta_at(cfg, self.total("frames"))
             if cfg.mark_interval_frames and self.total("frames") >= self._next_mark:
                 await self.save_mark_in_background()  # before the stop check: the last mark counts
             if cfg.total_frames and self.total("frames") >= cfg.total_frames:
@@ -364,7 +394,7 @@ class Trainer:
         assert self.consolidator is not None
         self._collector_totals()
         slots = copy_slot_counters(self.ring)
-        slots_of = [self._slots_of(i) for i in range(self.cfg.num_processes)]
+        slots_of = [self._slots_of(i) for i in range(self.num_collectors)]
         collectors = collector_rows(slots, slots_of, self.supervisor, self.weights.version)
         episodes = list(self.consolidator.episodes)[-100:]
         gauges = {
@@ -382,6 +412,8 @@ class Trainer:
         self.evaluations.poll(self.monitor, stopping=self._stopping(), log_path=self.paths.logs / "evaluator.log")
         gauges.update(self.evaluations.gauges())
         gauges.update(process_gauges(collectors, self.device))
+        if self.collection is not None:
+            gauges.update(self.collection.gauges())
         totals = {key: self.total(key) for key in COUNTER_KEYS}
         return Snapshot(
             time=time.monotonic() - self._t0,
@@ -457,7 +489,7 @@ class Trainer:
         self._publish()
         self.supervisor.start_all()
         assert self.monitor is not None
-        self.monitor.announce(f"startup: {self.cfg.num_processes} collector process(es) starting on {self.cfg.env_id}")
+        self.monitor.announce(f"startup: {self.num_collectors} collector process(es) starting on {self.cfg.env_id}")
         self._start_evaluator()
         tasks = [
             asyncio.create_task(self._consolidate()),
@@ -531,6 +563,8 @@ class Trainer:
             final_checkpoint=self.final_checkpoint,
             evaluations=self.evaluations,
         )
+        if self.collection is not None:
+            summary["cluster"] = self.collection.summary()
         (self.paths.root / "summary.json").write_text(json.dumps(summary, indent=2))
 
     def _release_shared_memory(self) -> None:
@@ -541,6 +575,8 @@ class Trainer:
         if self.supervisor is not None:
             self.supervisor.slots = []
         self.consolidator = None  # type: ignore[assignment]
+        if self.collection is not None:
+            self.collection.close()
         segments.release(self.ring_segment, unlink=True)
         segments.release(self.weights_segment, unlink=True)
         self.ring_segment = self.weights_segment = None

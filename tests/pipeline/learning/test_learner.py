@@ -62,6 +62,13 @@ def huber(x: torch.Tensor) -> torch.Tensor:
 
 def reference_loss(online: nn.Module, target: nn.Module, batch: Batch) -> torch.Tensor:
     """Masked Double-DQN Huber loss computed by hand on copies of the networks."""
+    y, q = reference_target_and_q(online, target, batch)
+    w = batch.weight
+    return (w * huber(y - q)).sum() / torch.clamp(w.sum(), min=1.0)
+
+
+def reference_target_and_q(online: nn.Module, target: nn.Module, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
+    """Double-DQN targets and Q(s, a) (train-mode forward) computed by hand."""
     online.eval()
     with torch.no_grad():
         next_online = online(batch.next_obs)
@@ -71,8 +78,7 @@ def reference_loss(online: nn.Module, target: nn.Module, batch: Batch) -> torch.
         y = batch.ret + batch.discount * bootstrap
     online.train()
     q = online(batch.obs)[torch.arange(len(batch.action)), batch.action]
-    w = batch.weight
-    return (w * huber(y - q)).sum() / torch.clamp(w.sum(), min=1.0)
+    return y, q
 
 
 def perturb(module: nn.Module, seed: int) -> None:
@@ -103,6 +109,22 @@ def test_double_dqn_loss_matches_hand_computation() -> None:
     q = online_copy.train()(batch.obs)[torch.arange(6), batch.action]
     vanilla = (batch.weight * huber(vanilla_y - q)).sum() / batch.weight.sum()
     assert not torch.allclose(vanilla, expected)
+
+
+@pytest.mark.parametrize("grad_accum", [1, 2])
+def test_update_returns_each_samples_td_error(grad_accum: int) -> None:
+    """The priorities a prioritized replay gets: |target - Q(s, a)| per sample, before the step."""
+    learner = make_learner(grad_accum=grad_accum)
+    perturb(learner.target, seed=2)
+    batch = make_batch(size=8, valid=6)
+    online_copy, target_copy = copy.deepcopy(learner.online), copy.deepcopy(learner.target)
+    y, q = reference_target_and_q(online_copy, target_copy, batch)
+    if grad_accum == 2:  # BatchNorm normalises each micro-batch with its own statistics
+        halves = (slice(0, 4), slice(4, 8))
+        q = torch.cat([online_copy.train()(batch.obs[h])[torch.arange(4), batch.action[h]] for h in halves])
+    td = learner.update(batch)
+    assert td.shape == (8,) and td.dtype == torch.float32 and not td.requires_grad
+    torch.testing.assert_close(td, (y - q).detach().abs(), rtol=1e-5, atol=1e-5)
 
 
 def test_loss_decreases_when_overfitting_a_fixed_batch() -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from config import Config
-from pipeline.run.pacing import RateLimiter, epsilon_at
+from pipeline.run.pacing import RateLimiter, epsilon_at, priority_beta_at
 
 
 def test_epsilon_decays_linearly_over_frames_then_stays():
@@ -13,6 +13,13 @@ def test_epsilon_decays_linearly_over_frames_then_stays():
     assert epsilon_at(cfg, 0) == 1.0
     assert epsilon_at(cfg, 500) == pytest.approx(0.55)
     assert epsilon_at(cfg, 1000) == epsilon_at(cfg, 10**9) == pytest.approx(0.1)
+
+
+def test_priority_beta_anneals_linearly_to_one_then_stays():
+    cfg = Config(priority_beta_start=0.4, priority_beta_frames=1000)
+    assert priority_beta_at(cfg, 0) == pytest.approx(0.4)
+    assert priority_beta_at(cfg, 500) == pytest.approx(0.7)
+    assert priority_beta_at(cfg, 1000) == priority_beta_at(cfg, 10**9) == pytest.approx(1.0)
 
 
 def test_limiter_holds_the_ratio_in_both_directions():

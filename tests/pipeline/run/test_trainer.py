@@ -212,3 +212,25 @@ def test_sigint_stops_cleanly_and_resume_continues_counters(tmp_path):
         policy = load_policy(path)
         assert mark <= policy.frames < mark + 500 and policy.frames <= after["frames"]
     assert not project_segments(run_tag(run))
+
+
+@pytest.mark.slow
+def test_prioritized_replay_gets_the_learners_td_errors_as_priorities(tmp_path):
+    """With prioritized_replay on, the learner's TD errors become the replay's priorities:
+    the saved replay holds many distinct priorities (all new records start at one value)."""
+    from pipeline.learning.replay import ReplayMemory
+
+    result = subprocess.run(
+        [sys.executable, "main.py", "--preset", "tiny", "--run-dir", str(tmp_path), "--run-name", "per"]
+        + ["--total-frames", "1500", "--monitor", "log", "--set", "prioritized_replay=true"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    replay = ReplayMemory.load(tmp_path / "per" / "checkpoints" / "replay.npz")
+    assert replay.prioritized
+    priorities = replay.priorities()
+    stored = priorities[priorities > 0]
+    assert stored.unique().numel() > 100, stored.unique()[:10]
