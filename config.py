@@ -102,6 +102,13 @@ class Config:
     """Micro-batches accumulated per optimizer step (batch_size must divide evenly)."""
     target_sync_updates: int = 2000
     """Updates between target network syncs (full state_dict, BatchNorm buffers included)."""
+    target_tau: float = 0.0
+    """Moving-average target: after every update, target += tau * (online - target), BatchNorm
+    statistics included (0 = a full copy every target_sync_updates instead)."""
+    reset_interval_updates: int = 0
+    """Shrink-and-perturb the online network every this many updates (0 = never)."""
+    reset_shrink: float = 0.8
+    """At a reset, the fraction of each weight kept; the rest comes from a fresh init."""
     dueling: bool = True
     """Use the dueling head."""
     prioritized_replay: bool = False
@@ -466,6 +473,7 @@ def validate(cfg: Config) -> None:
         "seed",
         "learner_threads",
         "mark_interval_frames",
+        "reset_interval_updates",
     ):
         non_negative(name)
     if not 0 <= cfg.augment_shift <= 16:
@@ -499,6 +507,8 @@ def validate(cfg: Config) -> None:
         ("epsilon_end", "0.05"),
         ("priority_alpha", "0.5"),
         ("priority_beta_start", "0.4"),
+        ("target_tau", "0.005"),
+        ("reset_shrink", "0.8"),
     ):
         if not 0.0 <= getattr(cfg, name) <= 1.0:
             problems.append(_problem(name, getattr(cfg, name), "must be in [0, 1]", f"use e.g. {example}"))

@@ -114,6 +114,9 @@ class LearnerSettings:
     dueling: bool = True
     frame_stack: int = 4
     augment_pad: int = 0  # random-shift augmentation of obs and next_obs (pixels; 0 = off)
+    target_tau: float = 0.0  # moving-average target per update (0 = copy every target_sync_updates)
+    reset_interval: int = 0  # shrink-and-perturb the online net every this many updates (0 = never)
+    reset_shrink: float = 0.8  # kept fraction of the weights at a reset; the rest is a fresh init
     compile: bool = True
     amp: bool = True
     device: str = "cpu"
@@ -132,6 +135,9 @@ class LearnerSettings:
             dueling=cfg.dueling,
             frame_stack=cfg.frame_stack,
             augment_pad=cfg.augment_shift,
+            target_tau=cfg.target_tau,
+            reset_interval=cfg.reset_interval_updates,
+            reset_shrink=cfg.reset_shrink,
             compile=compile,
             amp=amp,
             device=device,
@@ -202,7 +208,12 @@ class Learner:
             torch.amp.GradScaler("cuda") if self.amp_dtype == torch.float16 else None
         )
         self.updates: int = 0
+        self.resets: int = 0
         self.compiled: bool = False
+        # Floating-point state (parameters and BatchNorm statistics) of both nets, in the
+        # same order, for the moving-average target's one fused lerp per update.
+        self._online_floats = [t for t in self.online.state_dict().values() if t.is_floating_point()]
+        self._target_floats = [t for t in self.target.state_dict().values() if t.is_floating_point()]
 
         self._params: list[nn.Parameter] = list(self.online.parameters())
         self._targets_fn: Callable[..., torch.Tensor] = self._targets_impl
@@ -319,6 +330,25 @@ class Learner:
         """Copy every online parameter and buffer (BatchNorm statistics too) to the target."""
         self.target.load_state_dict(self.online.state_dict())
 
+    @torch.no_grad()
+    def shrink_and_perturb(self) -> None:
+        """``w <- shrink * w + (1 - shrink) * w_fresh`` for every online parameter, with
+        ``w_fresh`` a newly initialised network (Ash & Adams 2020; SR-SPR, BBF).
+
+        A network trained for long on early data loses plasticity (primacy bias), which
+        caps how many updates per sample help; a partial reset restores it and keeps most
+        of what was learned. BatchNorm running statistics are kept (they describe the
+        inputs, which did not change). Adam's moments belong to the old weights, so they
+        are dropped: the next step starts them afresh, as at the first update.
+        """
+        settings = self.settings
+        fresh = QNetwork(self.num_actions, settings.frame_stack, settings.dueling).to(self.device)
+        shrink = settings.reset_shrink
+        torch._foreach_mul_(self._params, shrink)
+        torch._foreach_add_(self._params, list(fresh.parameters()), alpha=1.0 - shrink)
+        self.optimizer.state.clear()
+        self.resets += 1
+
     def state_dict(self) -> dict[str, Any]:
         """Online, target, optimizer and scaler state plus the update counter (live refs)."""
         return {
@@ -383,8 +413,12 @@ class Learner:
         self._metric_sums[_GRAD_NORM] += grad_norm.detach().float()
         self._metric_updates += 1
         self.updates += 1
-        if self.updates % self.settings.target_sync_updates == 0:
+        if self.settings.target_tau > 0:
+            torch._foreach_lerp_(self._target_floats, self._online_floats, self.settings.target_tau)
+        elif self.updates % self.settings.target_sync_updates == 0:
             self.sync_target()
+        if self.settings.reset_interval and self.updates % self.settings.reset_interval == 0:
+            self.shrink_and_perturb()
         return td_errors[0] if len(td_errors) == 1 else torch.cat(td_errors)
 
     def _compute_targets(self, next_obs: torch.Tensor, ret: torch.Tensor, discount: torch.Tensor) -> torch.Tensor:
