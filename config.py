@@ -165,6 +165,10 @@ class Config:
     """Save the replay memory beside the final checkpoint (compressed, ~55 MB per 100k Mario
     transitions, written atomically) and restore it on --resume, so a resumed run does not
     start again from an empty buffer. A missing or corrupt file gives one warning."""
+    replay_save_interval_s: float = 0.0
+    """Also save the replay every this many seconds (0 = only with the final checkpoint), so
+    a run killed without a final checkpoint still resumes with its replay. Each save holds
+    the learner for a few seconds (55 MB of compressed frames per 100k transitions)."""
     mark_interval_frames: int = 0
     """Also keep the network's weights every this many frames in checkpoints/marks/ (the
     learning benchmark evaluates them afterwards; 0 = off). About 7 MB each."""
@@ -498,6 +502,15 @@ def validate(cfg: Config) -> None:
                 cfg.eval_interval_s,
                 "must be a finite number >= 0",
                 "use 0 for no evaluator, or seconds between evaluations",
+            )
+        )
+    if not 0.0 <= cfg.replay_save_interval_s < float("inf"):
+        problems.append(
+            _problem(
+                "replay_save_interval_s",
+                cfg.replay_save_interval_s,
+                "must be a finite number >= 0",
+                "use 0 to save the replay only at the end, or seconds between saves",
             )
         )
     if not 0.0 < cfg.gamma <= 1.0:

@@ -140,6 +140,7 @@ class Trainer:
         self._sigint_count = 0
         self._t0 = time.monotonic()
         self._last_checkpoint_t = time.monotonic()
+        self._last_replay_save_t = time.monotonic()
         self.final_checkpoint: Path | None = None
         self._next_mark = 0  # frames at which the next mark is kept (mark_interval_frames)
         self.consolidator: Consolidator | None = None
@@ -359,10 +360,21 @@ class Trainer:
                 break
             if time.monotonic() - self._last_checkpoint_t >= cfg.checkpoint_interval_s:
                 await self.save_in_background()
+            if self._replay_save_due():
+                # In the loop, not a thread: the replay must not change while it is written.
+                # A few seconds; the rings hold collection meanwhile.
+                save_replay(self.replay, self.paths.checkpoints)
+                self._last_replay_save_t = time.monotonic()
             try:
                 await asyncio.wait_for(stop.wait(), timeout=0.5)
             except asyncio.TimeoutError:
                 pass
+
+    def _replay_save_due(self) -> bool:
+        cfg = self.cfg
+        if not (self.train_enabled and cfg.save_replay and cfg.replay_save_interval_s > 0):
+            return False
+        return time.monotonic() - self._last_replay_save_t >= cfg.replay_save_interval_s
 
     async def _monitor(self) -> None:
         assert self.stop_event is not None and self.monitor is not None

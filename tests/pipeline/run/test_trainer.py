@@ -234,3 +234,40 @@ def test_prioritized_replay_gets_the_learners_td_errors_as_priorities(tmp_path):
     priorities = replay.priorities()
     stored = priorities[priorities > 0]
     assert stored.unique().numel() > 100, stored.unique()[:10]
+
+
+@pytest.mark.slow
+def test_a_killed_run_resumes_with_its_periodically_saved_replay(tmp_path):
+    """SIGKILL leaves no final checkpoint and no final replay save; with
+    replay_save_interval_s the periodic replay file is there, and --resume restores it."""
+    run = tmp_path / "killed"
+    proc = start_main(
+        *("--preset", "tiny", "--run-dir", str(tmp_path), "--run-name", "killed", "--monitor", "log"),
+        *("--set", "replay_save_interval_s=2", "--set", "checkpoint_interval_s=2"),
+    )
+    try:
+        saved = run / "checkpoints" / "replay.npz"
+
+        def replay_saved_after_a_checkpoint_with_frames() -> bool:
+            ckpts = [p for p in checkpoints(run) if int(p.stem.split("-")[1]) > 300]
+            return bool(ckpts) and saved.exists() and saved.stat().st_mtime > ckpts[-1].stat().st_mtime
+
+        wait_until(replay_saved_after_a_checkpoint_with_frames, 600, "a replay saved after a checkpoint", proc=proc)
+        proc.kill()  # no final checkpoint, no shutdown: a crash
+        proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    before = load_checkpoint(checkpoints(run)[-1])["counters"]["frames"]
+    result = subprocess.run(
+        [sys.executable, "main.py", "--preset", "tiny", "--resume", str(run), "--monitor", "log"]
+        + ["--total-frames", str(before + 500)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    restored = re.search(r"restored (\d+) transitions of replay", result.stderr)
+    assert restored and int(restored.group(1)) > 0, result.stderr[-3000:]
+    assert not project_segments(run_tag(run))  # the dead run's segments were cleaned up too
