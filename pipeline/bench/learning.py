@@ -48,6 +48,7 @@ from pipeline.common.files import atomic_write_text
 ROOT = Path(__file__).resolve().parents[2]
 REPORT_FRAMES = (500_000, 1_000_000, 2_000_000)
 PLOT_NAME = "learning.png"
+REPLAY_SAVE_INTERVAL_S = 600.0
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -97,6 +98,10 @@ def train(run: Path, seed: int, args: argparse.Namespace, train_args: list[str])
     """Train (or resume) ``run`` up to ``args.frames``; a failed run is one UserError."""
     command = [sys.executable, "main.py", *train_args, "--total-frames", str(args.frames), "--monitor", "log"]
     command += ["--set", f"mark_interval_frames={args.mark_frames}"]
+    if not any(arg.startswith("replay_save_interval_s=") for arg in train_args):
+        # A benchmark of hours may be killed (a machine's session ends): save the replay
+        # every 10 minutes too, so the same command resumes it with little lost.
+        command += ["--set", f"replay_save_interval_s={REPLAY_SAVE_INTERVAL_S:g}"]
     if run_frames(run):
         command += ["--resume", str(run)]
     else:
