@@ -348,6 +348,7 @@ class Learner:
         torch._foreach_add_(self._params, list(fresh.parameters()), alpha=1.0 - shrink)
         self.optimizer.state.clear()
         self.resets += 1
+        logger.info("shrink-and-perturb reset %d at update %d (kept %.2f)", self.resets, self.updates, shrink)
 
     def state_dict(self) -> dict[str, Any]:
         """Online, target, optimizer and scaler state plus the update counter (live refs)."""
