@@ -102,10 +102,11 @@ def train(run: Path, seed: int, args: argparse.Namespace, train_args: list[str])
         # A benchmark of hours may be killed (a machine's session ends): save the replay
         # every 10 minutes too, so the same command resumes it with little lost.
         command += ["--set", f"replay_save_interval_s={REPLAY_SAVE_INTERVAL_S:g}"]
+    command += ["--seed", str(seed)]
     if run_frames(run):
         command += ["--resume", str(run)]
     else:
-        command += ["--seed", str(seed), "--run-dir", str(run.parent), "--run-name", run.name]
+        command += ["--run-dir", str(run.parent), "--run-name", run.name]
     print(f"learning bench: {' '.join(command[1:])}", file=sys.stderr, flush=True)
     log = run.parent / f"{run.name}.out"
     with log.open("a") as out:

@@ -118,6 +118,45 @@ def load_resume_checkpoint(cfg: Config) -> tuple[Path, Path, dict[str, Any]]:
     return path, root, state
 
 
+# What a resumed run may change without changing what it learns.
+RUN_ONLY_FIELDS = frozenset(
+    {
+        "resume",
+        "run_dir",
+        "run_name",
+        "total_frames",
+        "monitor",
+        "monitor_interval_s",
+        "checkpoint_interval_s",
+        "keep_checkpoints",
+        "eval_interval_s",
+        "eval_episodes",
+        "eval_max_steps",
+        "mark_interval_frames",
+        "replay_save_interval_s",
+        "heartbeat_timeout_s",
+        "device",
+        "compile",
+        "amp",
+        "learner_threads",
+    }
+)
+
+
+def changed_on_resume(cfg: Config, saved: dict[str, Any]) -> list[str]:
+    """``field old -> new`` for each learning setting that differs from the checkpoint's run.
+
+    Resuming takes this run's settings (a user may mean to change them), so a change made
+    by mistake (a flag left off) would silently train on with other hyperparameters.
+    """
+    current = cfg.to_dict()
+    return [
+        f"{name} {saved[name]!r} -> {value!r}"
+        for name, value in current.items()
+        if name not in RUN_ONLY_FIELDS and name in saved and saved[name] != value
+    ]
+
+
 def seed_and_threads(cfg: Config) -> None:
     """Seed torch and numpy, and give the learner the cores the collectors leave (at least one)."""
     threads = cfg.learner_threads or max(1, (os.cpu_count() or 1) - cfg.num_processes)

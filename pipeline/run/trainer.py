@@ -79,6 +79,7 @@ from pipeline.run.startup import (
     RunPaths,
     build_learner,
     build_replay,
+    changed_on_resume,
     check_machine_and_lock,
     load_resume_checkpoint,
     new_run_root,
@@ -190,6 +191,9 @@ class Trainer:
         self.limiter = RateLimiter(cfg.replay_ratio, max(cfg.learning_starts, restored), slack)
         if self.resume_path is not None:
             self.base, self.checkpoints.best_return = resume_from(self._resume_state, self.resume_path, self.learner)
+            changes = changed_on_resume(cfg, dict(self._resume_state["config"]))
+            if changes:
+                logger.warning("resuming with settings that differ from the checkpoint's: %s", "; ".join(changes))
             logger.info(
                 "resumed from %s at %d frames, %d updates", self.resume_path, self.base["frames"], self.base["updates"]
             )

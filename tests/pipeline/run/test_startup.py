@@ -49,3 +49,13 @@ def test_a_missing_or_corrupt_replay_is_one_warning_and_an_empty_replay(tmp_path
     save_replay(filled_replay(), tmp_path)
     other = build_replay(Config(replay_capacity=2048, n_step=3), num_streams=4, device="cpu")
     assert restore_replay(other, tmp_path) == 0 and len(other) == 0
+
+
+def test_a_resume_names_the_learning_settings_it_changes():
+    from config import Config
+    from pipeline.run.startup import changed_on_resume
+
+    saved = Config(gamma=0.9, n_step=5, total_frames=1000).to_dict()
+    same = Config(gamma=0.9, n_step=5, total_frames=9000, run_name="x", monitor="off")
+    assert changed_on_resume(same, saved) == []  # run-only settings may change freely
+    assert changed_on_resume(Config(gamma=0.99, n_step=5), saved) == ["gamma 0.9 -> 0.99"]
