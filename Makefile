@@ -1,6 +1,6 @@
 # Two commands do all the set-up on a fresh clone:
 #   make run    create .venv if missing, install, train (python main.py)
-#   make test   the same set-up with the test extras, then the test suite
+#   make test   the same set-up with the test and ray extras, then the test suite
 PYTHON ?= python3.11
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -16,8 +16,9 @@ $(VENV)/.installed: pyproject.toml | $(VENV)/bin/activate
 	$(PY) -m pip install --quiet -e .
 	touch $@
 
+# The test set-up installs the ray extra too, so CI runs the Ray backend's cluster tests.
 $(VENV)/.installed-test: pyproject.toml | $(VENV)/bin/activate
-	$(PY) -m pip install --quiet -e ".[test]"
+	$(PY) -m pip install --quiet -e ".[test,ray]"
 	touch $(VENV)/.installed $@
 
 install: $(VENV)/.installed

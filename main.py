@@ -60,6 +60,16 @@ def build_parser(prog: str = "main.py") -> argparse.ArgumentParser:
     )
     parser.add_argument("--monitor", choices=("auto", "table", "log", "off"), help="monitor display")
     parser.add_argument(
+        "--backend",
+        choices=("local", "ray"),
+        help="where collectors run: local processes, or node agents on a Ray cluster (pip install -e '.[ray]')",
+    )
+    parser.add_argument(
+        "--ray-address",
+        metavar="ADDRESS",
+        help="with --backend ray: HOST:PORT of the head node, 'auto' for `ray start` here (default: a one-node Ray)",
+    )
+    parser.add_argument(
         "--eval-interval",
         dest="eval_interval_s",
         type=float,
@@ -121,6 +131,8 @@ def cli_overrides(args: argparse.Namespace) -> dict[str, Any]:
         "monitor",
         "checkpoint_interval_s",
         "eval_interval_s",
+        "backend",
+        "ray_address",
     )
     values = parse_set_overrides(args.overrides)
     values.update({k: getattr(args, k) for k in keys if getattr(args, k) is not None})  # named flags win
@@ -140,6 +152,10 @@ def run_train(argv: list[str]) -> int:
     from pipeline.run.tuning import resolve_for_machine
 
     args = build_parser().parse_args(argv)
+    if args.backend == "ray":  # before any measuring or process: a missing extra is one line
+        from pipeline.cluster.ray_setup import require_ray
+
+        require_ray()
     try:
         # The auto preset's tuning and compile/amp=auto are measured here (once per
         # machine, cached), so --print-config shows what a run will use, and why.
@@ -153,8 +169,15 @@ def run_train(argv: list[str]) -> int:
     from pipeline.learning.checkpoint import CheckpointError
     from pipeline.run.trainer import Trainer, TrainingError
 
+    collection = None
+    if resolved.config.backend == "ray":  # chosen by a knob or --set too
+        from pipeline.cluster.ray_backend import RayBackend
+        from pipeline.cluster.ray_setup import require_ray
+
+        require_ray()
+        collection = RayBackend(resolved.config)
     try:
-        return Trainer(resolved.config, sources=resolved.sources).run()
+        return Trainer(resolved.config, sources=resolved.sources, collection=collection).run()
     except (CheckpointError, TrainingError) as exc:
         raise UserError(str(exc)) from None
     except KeyboardInterrupt:

@@ -5,6 +5,7 @@
 ``transport``     the shared-memory protocols: records, ring, episodes, weights, segments
 ``learning``      replay, learner, checkpoints, and the policy/recording helpers
 ``run``           the processes of a training run and the event loop that drives them
+``cluster``       the Ray backend: node agents on a cluster's nodes, pulled by the learner
 ``commands``      the user commands besides training: eval, play, plot
 ``bench``         the benchmark suite (``python main.py bench``)
 ================  ==========================================================================

@@ -20,8 +20,9 @@ LAYER_RANK = {
     "transport": 1,
     "learning": 2,
     "run": 3,
+    "cluster": 4,
     "commands": 4,
-    "bench": 4,
+    "bench": 5,
 }
 # What the lower layers must stay free of, whatever the pipeline layer rules say.
 FORBIDDEN_IN = {

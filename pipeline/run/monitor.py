@@ -101,6 +101,25 @@ EVAL_RESULT_FIELDS: Final[Mapping[EvalGauge, str]] = MappingProxyType(
     }
 )
 
+# Per collector node with the Ray backend (pipeline.cluster): one gauge of each kind per
+# node place, keyed by :func:`node_gauge_key`.
+NodeGauge = Literal["frames_per_s", "pull_ms", "inflight_mb", "restarts", "lost", "live", "cpu_pct"]
+NODE_GAUGES: Final[tuple[NodeGauge, ...]] = get_args(NodeGauge)
+
+
+def node_gauge_key(position: int, gauge: NodeGauge) -> str:
+    """The snapshot gauge of one collector node (``node0_frames_per_s``...)."""
+    return f"node{position}_{gauge}"
+
+
+def node_positions(row: Mapping[str, float]) -> list[int]:
+    """The node places a row has gauges for (none with the local backend)."""
+    found = []
+    while node_gauge_key(len(found), "frames_per_s") in row:
+        found.append(len(found))
+    return found
+
+
 # Counters (cumulative) whose rates the monitor reports, and their display names.
 RATE_COUNTERS: dict[CounterKey, str] = {
     "frames": "env frames/s",
@@ -288,6 +307,13 @@ class Monitor:
             f"eps {g('epsilon'):.3f} | v{g('weights_version'):.0f} | "
             f"return {g('episode_return'):.1f} x {g('episode_x_pos'):.0f} flag {g('flag_rate'):.2f} | "
             f"restarts {g('restarts'):.0f}"
+            + "".join(
+                f" | node{p} {g(node_gauge_key(p, 'frames_per_s')):.0f} frames/s pull "
+                f"{g(node_gauge_key(p, 'pull_ms')):.0f} ms {g(node_gauge_key(p, 'inflight_mb')):.1f} MB "
+                f"restarts {g(node_gauge_key(p, 'restarts')):.0f} lost {g(node_gauge_key(p, 'lost')):.0f}"
+                + ("" if g(node_gauge_key(p, "live")) else " (down)")
+                for p in node_positions(row)
+            )
             + (
                 f" | eval return {g('eval_return'):.1f} x {g('eval_x_pos'):.0f} flag {g('eval_flag_rate'):.2f}"
                 if row.get("evaluations")
@@ -382,6 +408,22 @@ class Monitor:
                 f"{c.get('rss_mb', 0):.0f}",
             )
         parts: list = [main, state, phases, per]
+        if node_positions(row):
+            nodes = Table(show_header=True, header_style="bold")
+            for col in ("node", "state", "frames/s", "pull ms", "in flight MB", "restarts", "lost", "CPU %"):
+                nodes.add_column(col, justify="right")
+            for p in node_positions(row):
+                nodes.add_row(
+                    str(p),
+                    "up" if row.get(node_gauge_key(p, "live")) else "down",
+                    f(node_gauge_key(p, "frames_per_s")),
+                    f(node_gauge_key(p, "pull_ms"), "{:.1f}"),
+                    f(node_gauge_key(p, "inflight_mb"), "{:.1f}"),
+                    f(node_gauge_key(p, "restarts")),
+                    f(node_gauge_key(p, "lost")),
+                    f(node_gauge_key(p, "cpu_pct")),
+                )
+            parts.append(nodes)
         if startup:
             parts.append("startup: " + ", ".join(f"{k} {v:.1f} s" for k, v in startup.items()))
         parts.extend(self.messages)

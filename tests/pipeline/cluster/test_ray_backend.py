@@ -1,0 +1,290 @@
+"""The Ray backend on a real multi-node cluster on this machine (``ray.cluster_utils.Cluster``).
+
+One cluster for the whole module: a head node (the learner's, no collector capacity) and
+two nodes offering ``collector_node``, each with a small object store. The nodes share
+this machine's /dev/shm, so every node's segments are visible here: the module's leak
+check (tests/conftest.py) runs after the cluster is shut down.
+
+Work is bounded in records and frames; every timeout is a safety net only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from multiprocessing import resource_tracker
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ray = pytest.importorskip("ray", reason="Ray is not installed (pip install -e '.[ray]'); CI installs it")
+
+from config import Config  # noqa: E402
+from pipeline.cluster.node_link import NodeLink  # noqa: E402
+from pipeline.cluster.ray_backend import RayBackend  # noqa: E402
+from pipeline.transport.segments import attach_segment, project_segments, release  # noqa: E402
+from pipeline.transport.weights import WeightsBlock  # noqa: E402
+from tests.conftest import wait_until  # noqa: E402
+from tests.pipeline import producers as P  # noqa: E402
+from tests.pipeline.cluster.numbered import numbered_collector, producer_id  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[3]
+STORE = 80 * 2**20
+NODE_ARGS = dict(num_cpus=1, resources={"collector_node": 1}, object_store_memory=STORE)
+SAFETY_S = 300.0
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    from ray.cluster_utils import Cluster
+
+    c = Cluster(
+        initialize_head=True,
+        head_node_args=dict(
+            num_cpus=1,
+            include_dashboard=False,
+            object_store_memory=100 * 2**20,
+            # A removed node is declared dead in ~2 s instead of ~30 s.
+            _system_config={"health_check_period_ms": 500, "health_check_failure_threshold": 4},
+        ),
+    )
+    try:
+        nodes = [c.add_node(**NODE_ARGS) for _ in range(2)]
+        ray.init(address=c.address, include_dashboard=False, log_to_driver=False)
+        c.wait_for_nodes()
+        yield c, nodes
+    finally:
+        ray.shutdown()
+        c.shutdown()
+
+
+@dataclass
+class Sink:
+    """What the learner would insert into replay, per stream, in arrival order."""
+
+    streams: dict[int, list[np.ndarray]] = field(default_factory=lambda: defaultdict(list))
+
+    def __call__(self, stream: int, records: np.ndarray) -> None:
+        self.streams[stream].append(records.copy())
+
+    def records(self, stream: int) -> np.ndarray:
+        chunks = self.streams.get(stream, [])
+        return np.concatenate(chunks) if chunks else np.zeros(0, P.RECORD_DTYPE)
+
+
+class _Epsilon:
+    epsilon = 0.5
+
+
+def make_backend(tmp_path: Path, records_per_ring: int, *, capacity: int = 64) -> tuple[RayBackend, Sink]:
+    cfg = Config(
+        env_id="Catch-v0",
+        num_processes=1,
+        envs_per_collector=2,
+        ring_capacity=capacity,
+        total_frames=records_per_ring,
+        heartbeat_timeout_s=60.0,
+    )
+    backend = RayBackend(cfg, target=numbered_collector)
+    assert backend.prepare(cfg) == 2  # two nodes x one collector
+    sink = Sink()
+    backend.open(run_tag="raytest", num_floats=16, log_dir=tmp_path, weights=_Epsilon(), insert=sink)
+    return backend, sink
+
+
+def drive(backend: RayBackend, done, budget=lambda: None, timeout_s: float = SAFETY_S) -> None:
+    """Run the backend as the trainer's loop does (poll with a budget, check twice a second) until ``done()``."""
+
+    async def main() -> None:
+        backend.start_all()
+        last_check = 0.0
+        deadline = time.monotonic() + timeout_s
+        while not done():
+            assert time.monotonic() < deadline, "safety net: the cluster made no progress"
+            consumed = backend.poll(budget())
+            if time.monotonic() - last_check >= 0.5:
+                backend.check()
+                last_check = time.monotonic()
+            await asyncio.sleep(0 if consumed else 0.001)
+
+    asyncio.run(main())
+
+
+def tag_of(backend: RayBackend, ledger) -> str:
+    return f"{backend.run_tag}n{ledger.node_id[:8]}i{ledger.incarnation:012x}"
+
+
+def check_stream(records: np.ndarray, producer: int, first_seq: int = 0) -> None:
+    P.check_records(producer, first_seq, records)
+
+
+def node_weights(backend: RayBackend, link: NodeLink) -> tuple[int, np.ndarray]:
+    """The weights block of the node at ``link`` as its collectors see it (read from /dev/shm here)."""
+    name = next(
+        n
+        for n in project_segments()
+        if n.startswith(f"mario_{tag_of(backend, link.ledger)}_") and n.endswith("_weights")
+    )
+    segment = attach_segment(name)
+    resource_tracker.unregister(segment._name, "shared_memory")  # the agent owns it, not this process
+    block = WeightsBlock(segment.buf)
+    try:
+        out = np.zeros(block.num_floats, np.float32)
+        return block.read(out), out
+    finally:
+        block.close()
+        release(segment, unlink=False)
+
+
+def test_every_record_arrives_once_in_order_from_two_nodes_and_weights_reach_both(cluster, tmp_path):
+    total = 1500
+    backend, sink = make_backend(tmp_path, total)
+    try:
+        # A small budget per poll exercises split chunks and the shared budget.
+        drive(backend, lambda: backend.total_records >= 4 * total, budget=lambda: 100)
+        assert [link.state for link in backend.links] == ["live", "live"]
+        node_ids = {link.ledger.node_id for link in backend.links}
+        assert len(node_ids) == 2
+        for link in backend.links:
+            tag = tag_of(backend, link.ledger)
+            for ring in range(2):
+                stream = link.first_stream + ring
+                records = sink.records(stream)
+                assert len(records) == total
+                check_stream(records, producer_id(tag, ring))
+            assert list(link.ledger.delivered) == [total, total]
+            assert int(link.ledger.lost.sum()) == 0 and int(link.ledger.duplicates.sum()) == 0
+        summary = backend.summary()
+        assert summary["records_delivered"] == 4 * total and summary["records_lost"] == 0
+        # The mirror reads like local slots: every committed record received.
+        assert [s.counters.write_seq for s in backend.mirror.slots] == [total] * 4
+        assert [s.counters.read_seq for s in backend.mirror.slots] == [total] * 4
+
+        # Weights: one ray.put per publish; each node's block ends at the newest version.
+        for version in range(1, 21):
+            backend.publish(np.full(16, version, np.float32), version=version, epsilon=0.1, learner_step=version)
+        drive(
+            backend, lambda: all(node_weights(backend, link)[1][0] == 20 for link in backend.links)
+        )  # version 0 reads zeros
+        for link in backend.links:
+            node_version, flat = node_weights(backend, link)
+            assert np.all(flat == 20) and 1 <= node_version <= 20
+    finally:
+        backend.stop_all()
+        backend.close()
+    wait_until(lambda: not [n for n in project_segments() if n.startswith("mario_raytest")], 60, "agents unlink")
+
+
+def test_a_removed_node_is_reported_once_with_its_lost_records_and_a_new_node_takes_its_place(
+    cluster, tmp_path, caplog
+):
+    c, nodes = cluster
+    total, capacity = 2000, 64
+    backend, sink = make_backend(tmp_path, total, capacity=capacity)
+    budget: dict[str, int | None] = {"value": None}
+    try:
+        drive(
+            backend,
+            lambda: all(link.ledger is not None and link.ledger.next_seq.min() >= 300 for link in backend.links),
+        )
+        # The learner falls behind (no budget): it stops pulling, so the victim's rings fill
+        # and its collector stalls; what the rings hold is then known exactly.
+        budget["value"] = 0
+        survivor, victim = backend.links
+        ledger = victim.ledger
+        drive(
+            backend,
+            lambda: not victim.inflight and bool(np.all(ledger.committed == ledger.next_seq + capacity)),
+            budget=lambda: budget["value"],
+        )
+        received = ledger.next_seq.copy()
+        victim_tag = tag_of(backend, ledger)
+        assert [n for n in project_segments() if n.startswith(f"mario_{victim_tag}_")]
+        c.remove_node(next(n for n in nodes if n.node_id == ledger.node_id), allow_graceful=False)
+        with caplog.at_level("WARNING", logger="mario.cluster"):
+            drive(backend, lambda: victim.state == "dead", budget=lambda: budget["value"])
+        assert ledger.closed and list(ledger.lost) == [capacity, capacity]
+        reports = [r.getMessage() for r in caplog.records if r.getMessage().startswith("node 1 ")]
+        assert len([m for m in reports if "lost with it" in m]) == 1, reports
+        # The consumer goes on: everything of the survivor, and what the victim handed over.
+        budget["value"] = None
+        drive(backend, lambda: survivor.ledger.delivered.min() >= total and not victim.ready)
+        for ring in range(2):
+            check_stream(
+                sink.records(survivor.first_stream + ring), producer_id(tag_of(backend, survivor.ledger), ring)
+            )
+            got = sink.records(victim.first_stream + ring)
+            assert len(got) == received[ring] == ledger.delivered[ring]
+            check_stream(got, producer_id(victim_tag, ring))
+        # Its segments do not outlive it (removed by the learner, as their owner pid is gone).
+        drive(backend, lambda: not [n for n in project_segments() if victim_tag in n], timeout_s=90)
+
+        # A node added later takes the free place as a new incarnation.
+        nodes.append(c.add_node(**NODE_ARGS))
+        drive(backend, lambda: victim.ledger is not ledger and victim.live and victim.ledger.delivered.min() >= total)
+        fresh = victim.ledger
+        assert fresh.incarnation != ledger.incarnation and fresh.node_id != ledger.node_id
+        for ring in range(2):
+            got = sink.records(victim.first_stream + ring)
+            check_stream(got[received[ring] :], producer_id(tag_of(backend, fresh), ring))
+        summary = backend.summary()
+        assert summary["records_lost"] == 2 * capacity and summary["duplicates_dropped"] == 0
+        assert len(summary["nodes"][1]["incarnations"]) == 2 and summary["nodes"][1]["incarnations"][0]["ended"]
+    finally:
+        backend.stop_all()
+        backend.close()
+
+
+@pytest.mark.slow
+def test_catch_learns_through_the_ray_backend_as_through_the_local_one(cluster, tmp_path):
+    """``python main.py --backend ray`` on the cluster: two nodes with one Catch collector
+    each (the local end-to-end test runs two local collectors) learn within the same
+    40,000 frames, and summary.json accounts for every record per node and ring."""
+    from tests.pipeline.run.test_trainer import checkpoints, greedy_return
+
+    c, _ = cluster
+    result = subprocess.run(
+        [
+            sys.executable,
+            "main.py",
+            "--preset",
+            "tiny",
+            "--backend",
+            "ray",
+            "--ray-address",
+            c.address,
+            "--total-frames",
+            "40000",
+            "--run-dir",
+            str(tmp_path),
+            "--run-name",
+            "ray",
+            "--monitor",
+            "log",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=1500,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    run = tmp_path / "ray"
+    mean_return, optimal = greedy_return(checkpoints(run)[-1])
+    assert mean_return >= 0.6 * optimal, (mean_return, optimal, result.stderr[-2000:])
+    summary = json.loads((run / "summary.json").read_text())
+    accounting = summary["cluster"]
+    assert accounting["records_lost"] == 0 and accounting["duplicates_dropped"] == 0
+    assert accounting["records_delivered"] == summary["replay_inserted"] == summary["this_process"]["records"]
+    assert len(accounting["nodes"]) == 2
+    for node in accounting["nodes"]:
+        (incarnation,) = node["incarnations"]
+        ring = incarnation["rings"][0]
+        assert ring["committed"] == ring["received"] == ring["delivered"] > 0
+    assert summary["counters"]["frames"] >= 40000
+    assert "node0" in result.stderr and "node1" in result.stderr  # the monitor's per-node figures
