@@ -478,6 +478,7 @@ def validate(cfg: Config) -> None:
         "learner_threads",
         "mark_interval_frames",
         "reset_interval_updates",
+        "ray_nodes",
     ):
         non_negative(name)
     if not 0 <= cfg.augment_shift <= 16:
