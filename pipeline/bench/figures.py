@@ -21,6 +21,8 @@ TARGET_RSS_GROWTH_PCT = 5.0
 # At the configured interval the evaluator costs collection under 2 %: below the 2-6 %
 # by which two identical training runs of this bench differ on a 2-core box.
 TARGET_EVALUATOR_RATIO = 0.98
+TARGET_RAY_EFFICIENCY = 0.90  # the Ray backend keeps 90 % of the local frames/s with the same collectors
+TARGET_PULL_PATH_RATIO = 20.0  # one pull path carries 20x what one node's collectors produce
 
 
 @dataclass(frozen=True)
@@ -221,6 +223,24 @@ FIGURES: dict[str, dict[str, FigureSpec]] = {
         "collectors_rss_end_mb": _spec("collectors RSS at end, MB", "{:,.0f}", "at the last monitor tick"),
         "collectors_rss_growth_pct": _spec(
             "collectors RSS growth %", "{:.1f}", "after the replay is full", ("<=", TARGET_RSS_GROWTH_PCT)
+        ),
+    },
+    "ray": {
+        "collectors": _spec("collectors", "{:.0f}", "the same collectors, local and on the node agent"),
+        "local_before_frames_per_s": _spec("local frames/s, before", "{:,.0f}", "local backend, just before"),
+        "ray_frames_per_s": _spec("ray frames/s", "{:,.0f}", "one-node Ray: a node agent runs them, the learner pulls"),
+        "local_after_frames_per_s": _spec("local frames/s, after", "{:,.0f}", "local backend, just after"),
+        "ray_efficiency": _spec(
+            "ray / local frames/s", "{:.3f}", "the cost of the extra hop", (">=", TARGET_RAY_EFFICIENCY)
+        ),
+        "node_records_per_s": _spec("node records/s", "{:,.0f}", "what the node's collectors produced over Ray"),
+        "pull_records_per_s": _spec("pull path records/s", "{:,.0f}", "one agent, flooding producers, into replay"),
+        "pull_mb_per_s": _spec("pull path MB/s", "{:,.1f}", "the same in MB (7,064 B a record)"),
+        "pull_ms": _spec("pull latency ms", "{:.1f}", "mean, request to records on the learner"),
+        "pull_max_gap_ms": _spec("longest poll gap ms", "{:.1f}", "the learner's loop while pulling"),
+        "pull_records": _spec("records pulled", "{:,.0f}", "in the window"),
+        "pull_path_ratio": _spec(
+            "pull path / node's records", "{:.1f}", "headroom of one pull path", (">=", TARGET_PULL_PATH_RATIO)
         ),
     },
 }

@@ -25,8 +25,10 @@ PARTS: tuple[str, ...] = (
     "startup",
     "evaluator",
     "soak",
+    "ray",
 )
-DEFAULT_PARTS: tuple[str, ...] = PARTS[:-1]  # soak only when asked: it runs for minutes
+# soak only when asked: it runs for minutes; ray only when asked: it needs the [ray] extra.
+DEFAULT_PARTS: tuple[str, ...] = tuple(p for p in PARTS if p not in ("soak", "ray"))
 DEFAULT_ENV = "SuperMarioBros-1-1-v0"
 DEFAULT_SECONDS = 20.0
 QUICK_SECONDS = 5.0

@@ -73,13 +73,13 @@ import shutil
 import time
 import traceback
 
-from pipeline.bench.parts_collection import CollectionParts
+from pipeline.bench.parts_cluster import ClusterParts
 from pipeline.bench.parts_training import TrainingParts
 from pipeline.bench.suite_base import PartResult, log
 from pipeline.common.errors import UserError
 
 
-class Suite(CollectionParts, TrainingParts):
+class Suite(ClusterParts, TrainingParts):
     """The whole suite: the parts of ``options.parts``, in order, each into a :class:`PartResult`."""
 
     def run(self) -> dict[str, PartResult]:

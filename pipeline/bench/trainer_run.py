@@ -91,8 +91,19 @@ def _make_bench_trainer(
     from pipeline.run.trainer import Trainer
 
     window = BenchWindow(window_s=window_s, warmup_s=warmup_s, ready=ready)
+    collection = None
+    if cfg.backend == "ray":  # the ray part: the same Trainer, its collectors behind a node agent
+        from pipeline.cluster.ray_backend import RayBackend
+
+        collection = RayBackend(cfg)
     trainer = Trainer(
-        cfg, sources=sources, train=train, throttle=throttle, time_limit_s=time_limit_s, on_snapshot=window
+        cfg,
+        sources=sources,
+        train=train,
+        throttle=throttle,
+        time_limit_s=time_limit_s,
+        on_snapshot=window,
+        collection=collection,
     )
     return trainer, window
 
