@@ -63,6 +63,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--mark-frames", type=int, default=100_000, help="frames between marks (default 100,000)")
     parser.add_argument("--episodes", type=int, default=1, help="greedy episodes per mark (1-1 is deterministic)")
     parser.add_argument("--max-steps", type=int, default=2000, help="agent steps per evaluation episode")
+    parser.add_argument(
+        "--epsilon",
+        type=float,
+        default=0.0,
+        help="random-action rate of the evaluation (default 0: greedy; with it, --episodes > 1 "
+        "measures how robust the policy is, and the flag rate becomes a rate)",
+    )
     parser.add_argument("--out", type=Path, default=Path("runs/learning"), help="where runs and results go")
     parser.add_argument("--no-train", action="store_true", help="only evaluate and report the runs already there")
     return parser
@@ -80,6 +87,8 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     for name in ("frames", "mark_frames", "episodes", "max_steps"):
         if getattr(args, name) < 1:
             raise UserError(f"--{name.replace('_', '-')} {getattr(args, name)}: must be >= 1")
+    if not 0.0 <= args.epsilon <= 1.0:
+        raise UserError(f"--epsilon {args.epsilon}: must be in [0, 1], e.g. 0.05")
     if not args.seed_list:
         raise UserError("--seeds: give at least one seed, e.g. --seeds 0,1")
     for reserved in ("--seed", "--run-name", "--run-dir", "--total-frames", "--resume"):
@@ -200,6 +209,7 @@ def print_report(name: str, seeds: list[dict[str, Any]]) -> None:
 def learning_command(argv: list[str]) -> int:
     args, train_args = parse(argv)
     args.out.mkdir(parents=True, exist_ok=True)
+    label = args.name + (f" (epsilon {args.epsilon:g})" if args.epsilon else "")
     started = time.monotonic()
     seeds = []
     for seed in args.seed_list:
@@ -208,21 +218,23 @@ def learning_command(argv: list[str]) -> int:
             train(run, seed, args, train_args)
         if not (run / "config.json").exists():
             raise UserError(f"no run in {run}; train it first (drop --no-train)")
-        curve = evaluate_marks(run, episodes=args.episodes, max_steps=args.max_steps)
+        curve = evaluate_marks(run, episodes=args.episodes, max_steps=args.max_steps, epsilon=args.epsilon)
         seeds.append(seed_result(run, curve))
     result = {
-        "name": args.name,
+        "name": label,
         "train_args": train_args,
         "frames": args.frames,
         "mark_frames": args.mark_frames,
         "episodes_per_mark": args.episodes,
+        "eval_epsilon": args.epsilon,
         "cpu": cpu_model(),
         "bench_s": time.monotonic() - started,
         "seeds": seeds,
         "mean": summarise_seeds(seeds),
     }
-    atomic_write_text(args.out / f"{args.name}.json", json.dumps(result, indent=1) + "\n")
-    print_report(args.name, seeds)
+    results_path = args.out / f"{args.name}{f'-eps{args.epsilon:g}' if args.epsilon else ''}.json"
+    atomic_write_text(results_path, json.dumps(result, indent=1) + "\n")
+    print_report(label, seeds)
     variants = {}
     for path in sorted(args.out.glob("*.json")):
         other = json.loads(path.read_text())
@@ -230,5 +242,5 @@ def learning_command(argv: list[str]) -> int:
             variants[other["name"]] = [[MarkResult(**r) for r in s["curve"]] for s in other["seeds"]]
     env_id = json.loads((Path(seeds[0]["run"]) / "config.json").read_text())["config"]["env_id"]
     plot = plot_curves(variants, args.out / PLOT_NAME, f"{env_id}: greedy evaluation at each mark")
-    print(f"results: {args.out / (args.name + '.json')}; curves: {plot}")
+    print(f"results: {results_path}; curves: {plot}")
     return 0

@@ -49,8 +49,11 @@ def mark_files(run: Path) -> list[Path]:
     return sorted((run / "checkpoints" / "marks").glob("frames-*.pt"))
 
 
-def _evaluate_mark(path: str, episodes: int, max_steps: int) -> dict[str, Any]:
-    """Child process: play ``episodes`` greedy episodes of one mark (one torch thread)."""
+def _evaluate_mark(path: str, episodes: int, max_steps: int, epsilon: float) -> dict[str, Any]:
+    """Child process: play ``episodes`` episodes of one mark (one torch thread), greedy or
+    with ``epsilon`` random actions (seeded per episode, so a cached result is reproducible)."""
+    import numpy as np
+
     from pipeline.learning.policy import build_env, load_policy, run_episode, single_thread_torch, summarise
 
     policy = load_policy(path)
@@ -65,6 +68,8 @@ def _evaluate_mark(path: str, episodes: int, max_steps: int) -> dict[str, Any]:
                     num_actions=policy.num_actions,
                     seed=episode,
                     max_steps=max_steps,
+                    epsilon=epsilon,
+                    rng=np.random.default_rng(episode),
                 )
                 for episode in range(episodes)
             ]
@@ -83,18 +88,20 @@ def _evaluate_mark(path: str, episodes: int, max_steps: int) -> dict[str, Any]:
     )
 
 
-def evaluate_marks(run: Path, *, episodes: int, max_steps: int, workers: int | None = None) -> list[MarkResult]:
+def evaluate_marks(
+    run: Path, *, episodes: int, max_steps: int, epsilon: float = 0.0, workers: int | None = None
+) -> list[MarkResult]:
     """Every mark of ``run`` evaluated (cached ones read back), in frame order."""
     cache_path = run / EVAL_CACHE
     cache: dict[str, Any] = json.loads(cache_path.read_text()) if cache_path.exists() else {}
-    key = f"episodes={episodes},max_steps={max_steps}"
+    key = f"episodes={episodes},max_steps={max_steps}" + (f",epsilon={epsilon:g}" if epsilon else "")
     done: dict[str, dict[str, Any]] = cache.get(key, {})
     todo = [path for path in mark_files(run) if path.name not in done]
     if todo:
         workers = workers or max(1, min(len(todo), len(os.sched_getaffinity(0))))
         # spawn: the evaluating children must not inherit this process's torch threads.
         with ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn")) as pool:
-            futures = {p.name: pool.submit(_evaluate_mark, str(p), episodes, max_steps) for p in todo}
+            futures = {p.name: pool.submit(_evaluate_mark, str(p), episodes, max_steps, epsilon) for p in todo}
             for name, future in futures.items():
                 done[name] = future.result()
         cache[key] = done

@@ -46,6 +46,8 @@ def test_only_learning_is_routed_and_training_flags_pass_through() -> None:
         parse(["--", "--seed", "1"])
     with pytest.raises(UserError, match="comma-separated integers"):
         parse(["--seeds", "a,b"])
+    with pytest.raises(UserError, match="--epsilon 2.0: must be in"):
+        parse(["--epsilon", "2"])
 
 
 def test_wall_time_adds_up_across_resumed_processes(tmp_path: Path) -> None:
