@@ -10,7 +10,8 @@
 - :mod:`~pipeline.cluster.node_link`: the learner's side of one node: pulls in flight
   (credits), weights transfers, status, failures and incarnations.
 - :mod:`~pipeline.cluster.ray_backend`: the :class:`~pipeline.run.collection.CollectionBackend`
-  the trainer runs with ``--backend ray``: every node together, paced by one budget.
+  the trainer runs with ``--backend ray``: every node together, paced by one budget;
+  :mod:`~pipeline.cluster.supervision` its half that places, watches and replaces agents.
 
 Uses :mod:`pipeline.run` (the collector, the supervisor), :mod:`pipeline.transport` and,
 lazily, ``ray``; nothing below this layer imports it.

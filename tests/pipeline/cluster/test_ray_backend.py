@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import signal
 import subprocess
 import sys
 import time
@@ -106,7 +108,7 @@ def drive(backend: RayBackend, done, budget=lambda: None, timeout_s: float = SAF
         last_check = 0.0
         deadline = time.monotonic() + timeout_s
         while not done():
-            assert time.monotonic() < deadline, "safety net: the cluster made no progress"
+            assert time.monotonic() < deadline, f"safety net: the cluster made no progress: {describe(backend)}"
             consumed = backend.poll(budget())
             if time.monotonic() - last_check >= 0.5:
                 backend.check()
@@ -114,6 +116,15 @@ def drive(backend: RayBackend, done, budget=lambda: None, timeout_s: float = SAF
             await asyncio.sleep(0 if consumed else 0.001)
 
     asyncio.run(main())
+
+
+def describe(backend: RayBackend) -> str:
+    """Each place's state, calls in flight and ledger, for a failure message."""
+    return "; ".join(
+        f"place {link.position}: {link.state}, {len(link.inflight)} pulls in flight, {link.buffered()} buffered, "
+        f"ledger {link.ledger.as_dict() if link.ledger else None}"
+        for link in backend.links
+    )
 
 
 def tag_of(backend: RayBackend, ledger) -> str:
@@ -179,6 +190,38 @@ def test_every_record_arrives_once_in_order_from_two_nodes_and_weights_reach_bot
         backend.stop_all()
         backend.close()
     wait_until(lambda: not [n for n in project_segments() if n.startswith("mario_raytest")], 60, "agents unlink")
+
+
+def test_a_restarted_agent_is_accepted_as_a_new_incarnation_and_nothing_is_counted_twice(cluster, tmp_path):
+    total = 1500
+    backend, sink = make_backend(tmp_path, total)
+    try:
+        drive(
+            backend,
+            lambda: all(link.ledger is not None and link.ledger.next_seq.min() >= 200 for link in backend.links),
+        )
+        link, other = backend.links
+        old = link.ledger
+        old_tag = tag_of(backend, old)
+        os.kill(ray.get(link.handle.info.remote(), timeout=SAFETY_S)["pid"], signal.SIGKILL)  # Ray restarts it
+        drive(backend, lambda: link.ledger is not old and link.live and link.ledger.delivered.min() >= total)
+        fresh = link.ledger
+        assert old.closed and old.end_reason == "agent restarted" and fresh.node_id == old.node_id
+        assert link.incarnations == 2
+        for ring in range(2):
+            got = sink.records(link.first_stream + ring)
+            before = int(old.delivered[ring])
+            assert before == old.next_seq[ring] and old.lost[ring] == old.committed[ring] - before
+            check_stream(got[:before], producer_id(old_tag, ring))
+            check_stream(got[before:], producer_id(tag_of(backend, fresh), ring))
+            assert len(got) - before == total
+        assert int(old.duplicates.sum()) == int(fresh.duplicates.sum()) == 0
+        drive(backend, lambda: other.ledger.delivered.min() >= total)  # the other node never noticed
+        assert other.incarnations == 1
+        drive(backend, lambda: not [n for n in project_segments() if old_tag in n], timeout_s=90)
+    finally:
+        backend.stop_all()
+        backend.close()
 
 
 def test_a_removed_node_is_reported_once_with_its_lost_records_and_a_new_node_takes_its_place(
