@@ -10,6 +10,7 @@ Exports :func:`bench_command`; uses every lower layer, and no user command.
 ``suite_base``              what every part shares: results, env pool, part configs
 ``parts_collection``        raw, collector, pipeline, consolidator
 ``parts_training``          learner, training, startup, evaluator, soak
+``parts_cluster``           ray: the Ray backend's extra hop, one pull path's records/s
 ``figures``                 every figure's label, format, meaning and target
 ``report``                  the table and the JSON
 ``envpool``                 env worker processes (the baselines)

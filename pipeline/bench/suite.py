@@ -57,13 +57,19 @@ The parts (``--only NAME`` runs one; a comma-separated list runs several):
     no evaluator (its cost is the evaluator part's); per-minute frames/s and updates/s,
     last minute / first minute after the replay is full, and the learner's RSS growth
     after the replay is full.
+``ray``
+    Only when asked (``--only ray``; it needs the ``[ray]`` extra): the same collectors
+    local, through a node agent on a one-node Ray, local again (``ray_efficiency``), then
+    the records/s one agent's pull path carries from flooding producers into a replay
+    (:mod:`~pipeline.bench.parts_cluster`).
 
 ``--quick`` shortens every part (and measures fewer learner variants) so the default
 suite finishes in about two minutes on a 2-core machine: a smoke run for CI, not a
 measurement to quote.
 
 :class:`Suite` runs the parts in order; each part is a ``part_<name>`` method of
-:class:`~pipeline.bench.parts_collection.CollectionParts` or
+:class:`~pipeline.bench.parts_collection.CollectionParts`,
+:class:`~pipeline.bench.parts_cluster.ClusterParts` or
 :class:`~pipeline.bench.parts_training.TrainingParts`.
 """
 

@@ -6,6 +6,8 @@
 - :mod:`~pipeline.run.evaluator`: greedy evaluations beside training, best video.
 - :mod:`~pipeline.run.monitor`, :mod:`~pipeline.run.procstats`: the throughput monitor
   and its typed snapshot keys.
+- :mod:`~pipeline.run.collection`: the interface of a backend that runs the collectors
+  elsewhere (the Ray backend, :mod:`pipeline.cluster`), handed to the trainer.
 - :mod:`~pipeline.run.trainer`: the learner process, one event loop running all of them;
   :mod:`~pipeline.run.startup` builds what it needs (run directory, learner, replay),
   :mod:`~pipeline.run.pacing` holds the replay ratio and epsilon schedule,
