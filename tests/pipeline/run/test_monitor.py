@@ -69,3 +69,23 @@ def test_live_table_shows_the_evaluator_rows(tmp_path):
     text = out.getvalue()
     assert "eval return (greedy)" in text and "1052.0" in text and "evaluations" in text
     monitor.close()
+
+
+def test_the_ray_backends_per_node_figures_show_in_the_log_line_and_the_table(tmp_path):
+    from pipeline.run.monitor import NODE_GAUGES, node_gauge_key, node_positions
+
+    monitor = Monitor(tmp_path, mode="off", interval_s=1.0, tensorboard=False)
+    nodes = Snapshot(time=1.0, counters={"frames": 10.0}, gauges={})
+    for position, live in ((0, 1.0), (1, 0.0)):
+        values = dict(zip(NODE_GAUGES, (812.0, 4.2, 3.5, 1.0, 128.0, live, 97.0)))
+        nodes.gauges.update({node_gauge_key(position, key): value for key, value in values.items()})
+    row = monitor.update(nodes)
+    assert node_positions(row) == [0, 1] and node_positions({}) == []
+    line = Monitor.log_line(row)
+    assert "node0 812 frames/s pull 4 ms 3.5 MB restarts 1 lost 128" in line and "node1" in line
+    assert line.count("(down)") == 1
+    out = io.StringIO()
+    Console(file=out, width=160).print(monitor._render_table(row, [], "running"))
+    text = out.getvalue()
+    assert "in flight MB" in text and "down" in text and "812" in text
+    monitor.close()
