@@ -164,13 +164,16 @@ class NodeSupervision:
     def _began(self, link: NodeLink, incarnation: int) -> None:
         assert self.mirror is not None
         old = link.ledger
+        restarted = old is not None and not old.closed  # else: a new agent in a dead node's place
         if old is not None:
-            old.close("agent restarted")
+            if restarted:
+                old.close("agent restarted")
             self.mirror.rebase(link.first_stream, link.rings)
         link.began(incarnation)
-        if old is None:
+        if not restarted:
             logger.info("node %d (%s): agent started (incarnation %012x)", link.position, link.address, incarnation)
         else:
+            assert old is not None
             logger.warning(
                 "node %d (%s): agent restarted as incarnation %012x; %d record(s) of the previous one lost",
                 link.position,
