@@ -12,7 +12,8 @@ runs on the learner's event loop, never blocking it:
   most the budget, and tops up each node's pulls in flight (credits) with no more than
   the budget allows, so a learner that is behind stops asking and the nodes' rings fill;
 - one task per node awaits its pulls (:mod:`~pipeline.cluster.node_link`);
-- :meth:`~RayBackend.check` (the trainer's watch task, twice a second) collects each
+- :meth:`~RayBackend.check` (the trainer's watch task, twice a second; the half of the
+  class in :mod:`~pipeline.cluster.supervision`) collects each
   agent's status (counters, supervision, episodes; it carries epsilon out), sends the
   newest weights where no transfer is in flight, notices restarted agents (a new
   incarnation, accepted) and dead nodes (logged once, their unreceived records counted
