@@ -47,14 +47,22 @@ def flood_collector(args: Any) -> None:
     ring_segment, weights_segment = attach_segment(args.ring_name), attach_segment(args.weights_name)
     ring = R.TransitionRing.from_buffer(ring_segment.buf)
     try:
-        slot = ring.slots[args.slots[0]]
-        slot.counters.state = R.STATE_RUNNING
-        slot.counters.beat()
-        _flood(slot, _StopWord(np.frombuffer(weights_segment.buf, np.uint64, 8, 0), args.parent_pid), args.slot)
+        _flood_slot(ring, weights_segment, args)
     finally:
         ring.close()
         release(ring_segment, unlink=False)
         release(weights_segment, unlink=False)
+
+
+def _flood_slot(ring: Any, weights_segment: Any, args: Any) -> None:
+    """The flood itself, in a frame of its own: its views into the segments are gone when
+    it returns, so the segments close cleanly."""
+    from pipeline.transport import ring as R
+
+    slot = ring.slots[args.slots[0]]
+    slot.counters.state = R.STATE_RUNNING
+    slot.counters.beat()
+    _flood(slot, _StopWord(np.frombuffer(weights_segment.buf, np.uint64, 8, 0), args.parent_pid), args.slot)
 
 
 def bench_pull_path(cfg: Any, seconds: float, producers: int, capacity: int) -> dict[str, float]:

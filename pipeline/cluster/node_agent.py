@@ -28,7 +28,6 @@ The class is plain Python; :mod:`~pipeline.cluster.node_link` makes it a Ray act
 from __future__ import annotations
 
 import atexit
-import gc
 import os
 import tempfile
 import threading
@@ -170,9 +169,6 @@ class NodeAgent:
             self.weights.close()
             self.weights = None  # type: ignore[assignment]
         self.supervisor.slots = []
-        # Views into the segments must all be gone before they can close; one caught in a
-        # reference cycle (an exception's traceback) would keep its mapping exported.
-        gc.collect()
         segments.release(self.ring_segment, unlink=True)
         segments.release(self.weights_segment, unlink=True)
         self.ring_segment = self.weights_segment = None
