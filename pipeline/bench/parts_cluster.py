@@ -18,6 +18,7 @@ import asyncio
 import dataclasses
 import os
 import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -65,8 +66,9 @@ def _flood_slot(ring: Any, weights_segment: Any, args: Any) -> None:
     _flood(slot, _StopWord(np.frombuffer(weights_segment.buf, np.uint64, 8, 0), args.parent_pid), args.slot)
 
 
-def bench_pull_path(cfg: Any, seconds: float, producers: int, capacity: int) -> dict[str, float]:
-    """Records/s one node agent's pull path carries into a CPU replay, from ``producers`` floods."""
+def bench_pull_path(cfg: Any, seconds: float, producers: int, capacity: int, log_dir: Path) -> dict[str, float]:
+    """Records/s one node agent's pull path carries into a CPU replay, from ``producers``
+    floods (their logs under ``log_dir``)."""
     from pipeline.cluster.ray_backend import RayBackend
 
     cfg = dataclasses.replace(
@@ -81,7 +83,7 @@ def bench_pull_path(cfg: Any, seconds: float, producers: int, capacity: int) -> 
         class _Epsilon:
             epsilon = 1.0
 
-        backend.open(run_tag="benchpull", num_floats=16, log_dir=_log_dir(), weights=_Epsilon(), insert=sink.add)
+        backend.open(run_tag="benchpull", num_floats=16, log_dir=log_dir, weights=_Epsilon(), insert=sink.add)
         return asyncio.run(_measure(backend, seconds))
     finally:
         try:
@@ -126,13 +128,6 @@ async def _measure(backend: Any, seconds: float) -> dict[str, float]:
         await asyncio.sleep(0 if consumed else 0.001)
 
 
-def _log_dir():
-    import tempfile
-    from pathlib import Path
-
-    return Path(tempfile.mkdtemp(prefix="mario-bench-pull-"))
-
-
 class ClusterParts(CollectionParts):
     """The ``ray`` part."""
 
@@ -160,7 +155,13 @@ class ClusterParts(CollectionParts):
         figures["ray_efficiency"] = over_ray["frames_per_s"] / local_fps
         figures["node_records_per_s"] = over_ray["records_per_s"]
         log("ray: one pull path, flooding producers")
-        pull = bench_pull_path(self.cfg, self.seconds, producers=n, capacity=self.cfg.ring_capacity)
+        pull = bench_pull_path(
+            self.cfg,
+            self.seconds,
+            producers=n,
+            capacity=self.cfg.ring_capacity,
+            log_dir=self.run_root / f"{self.stamp}-ray-pull",  # removed with the suite's runs
+        )
         figures.update(pull)
         figures["pull_path_ratio"] = pull["pull_records_per_s"] / max(1e-9, over_ray["records_per_s"])
         result.details["window_s"] = {"local_before": before["window_s"], "ray": over_ray["window_s"]}
