@@ -230,16 +230,21 @@ def _batch_worker(conn: Connection, spec: dict[str, Any], batch_sizes: list[int]
     replay = _synthetic_replay(spec, torch.device(spec["replay_device"]))
     settings = LearnerSettings(**{**spec["settings"], "compile": False, "amp": False, "device": str(device)})
     learner = Learner(spec["num_actions"], settings)
-    rates = {}
-    for batch_size in batch_sizes:
-        batches = [replay.sample(batch_size) for _ in range(8)]
-        for batch in batches[:2]:  # allocator and caches warm for this shape, untimed
+    batches = {size: [replay.sample(size) for _ in range(8)] for size in batch_sizes}
+    for size in batch_sizes:
+        for batch in batches[size][:2]:  # allocator and caches warm for this shape, untimed
             learner.update(batch)
-        start, n = time.perf_counter(), 0
-        while time.perf_counter() - start < spec["seconds_per_variant"]:
-            learner.update(batches[n % len(batches)])
-            n += 1
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        rates[batch_size] = n / (time.perf_counter() - start)
+    # Interleaved rounds, each size's best kept: timed one after the other, the first size
+    # ran while the child was still warming up and read up to 30 % slow, enough to flip
+    # the tuning's batch-size choice on a CPU where every size costs the same per sample.
+    rates = dict.fromkeys(batch_sizes, 0.0)
+    for _ in range(spec["rounds"]):
+        for size in batch_sizes:
+            start, n = time.perf_counter(), 0
+            while time.perf_counter() - start < spec["round_s"]:
+                learner.update(batches[size][n % len(batches[size])])
+                n += 1
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            rates[size] = max(rates[size], n / (time.perf_counter() - start))
     conn.send(rates)

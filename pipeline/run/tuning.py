@@ -157,7 +157,7 @@ def tune(
     log(f"tune: learner {choice.variant} ({choice.reason}); updates/s per batch size ...")
     compile_, amp = choice.compile, choice.amp
     variant = choice.variant
-    spec = learner_spec(cfg, device, variants=["eager"], rounds=1, seconds_per_variant=learner_seconds)
+    spec = learner_spec(cfg, device, variants=["eager"], rounds=3, seconds_per_variant=learner_seconds)
     eager = time_batch_sizes(spec, sorted({*batch_sizes, cfg.batch_size}))
     # The chosen variant's speed-up over eager, measured at the preset's batch size, applied to all.
     speedup = choice.updates_per_s[variant] / choice.updates_per_s["eager"] if "eager" in choice.updates_per_s else 1.0
