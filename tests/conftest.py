@@ -1,4 +1,4 @@
-"""Shared test helpers: waiting on a condition, and the shared-memory leak check.
+"""Shared test helpers: waiting on a condition, running main.py, and the shared-memory leak check.
 
 Every test module runs under :func:`_no_leaked_segments`: a segment of this project that
 appears in /dev/shm while a module runs and is still there when it ends fails the module.
@@ -7,7 +7,9 @@ appears in /dev/shm while a module runs and is still there when it ends fails th
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
+import sys
 import time
 from collections.abc import Callable
 
@@ -36,6 +38,30 @@ def wait_until(
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
         time.sleep(poll_s)
+
+
+def run_main(args: list[str], *, cwd: os.PathLike[str] | str, timeout_s: float) -> subprocess.CompletedProcess[str]:
+    """Run ``python main.py ARGS`` to its end; output captured as text.
+
+    Past ``timeout_s`` (a safety net, not a budget) the run gets Ctrl-C first, as a user
+    would give it, so it stops its collectors (or node agents) and unlinks its segments
+    before the test fails; it is killed only if it has not stopped a minute later.
+    """
+    proc = subprocess.Popen(
+        [sys.executable, "main.py", *args], cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        stdout, stderr = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGINT)
+        try:
+            stdout, stderr = proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            stdout, stderr = proc.communicate()
+        timed_out = f"main.py {' '.join(args)} ran past {timeout_s} s; stopped. Last output:\n{stderr[-3000:]}"
+        raise AssertionError(timed_out) from None
+    return subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
 
 
 def _leaked_by_us(name: str) -> bool:

@@ -14,8 +14,6 @@ import asyncio
 import json
 import os
 import signal
-import subprocess
-import sys
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -32,7 +30,7 @@ from pipeline.cluster.node_link import NodeLink  # noqa: E402
 from pipeline.cluster.ray_backend import RayBackend  # noqa: E402
 from pipeline.transport.segments import attach_segment, project_segments, release  # noqa: E402
 from pipeline.transport.weights import WeightsBlock  # noqa: E402
-from tests.conftest import wait_until  # noqa: E402
+from tests.conftest import run_main, wait_until  # noqa: E402
 from tests.pipeline import producers as P  # noqa: E402
 from tests.pipeline.cluster.numbered import numbered_collector, producer_id  # noqa: E402
 
@@ -293,10 +291,8 @@ def test_catch_learns_through_the_ray_backend_as_through_the_local_one(cluster, 
     from tests.pipeline.run.test_trainer import checkpoints, greedy_return
 
     c, _ = cluster
-    result = subprocess.run(
+    result = run_main(
         [
-            sys.executable,
-            "main.py",
             "--preset",
             "tiny",
             "--backend",
@@ -313,9 +309,7 @@ def test_catch_learns_through_the_ray_backend_as_through_the_local_one(cluster, 
             "log",
         ],
         cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=1500,
+        timeout_s=1500,
     )
     assert result.returncode == 0, result.stderr[-3000:]
     run = tmp_path / "ray"
