@@ -229,19 +229,21 @@ def test_a_removed_node_is_reported_once_with_its_lost_records_and_a_new_node_ta
     total, capacity = 2000, 64
     backend, sink = make_backend(tmp_path, total, capacity=capacity)
     budget: dict[str, int | None] = {"value": None}
+    survivor, victim = backend.links
     try:
-        drive(
-            backend,
-            lambda: all(link.ledger is not None and link.ledger.next_seq.min() >= 300 for link in backend.links),
-        )
+        # Only the victim's progress ends this phase: the nodes start at different times,
+        # and waiting on both would let an early victim run through all of its records.
+        drive(backend, lambda: victim.ledger is not None and victim.ledger.next_seq.min() >= 300)
         # The learner falls behind (no budget): it stops pulling, so the victim's rings fill
-        # and its collector stalls; what the rings hold is then known exactly.
+        # and its collector stalls; what the rings hold is then known exactly. The survivor
+        # is waited for here too, its rings filling likewise.
         budget["value"] = 0
-        survivor, victim = backend.links
         ledger = victim.ledger
         drive(
             backend,
-            lambda: not victim.inflight and bool(np.all(ledger.committed == ledger.next_seq + capacity)),
+            lambda: (
+                survivor.live and not victim.inflight and bool(np.all(ledger.committed == ledger.next_seq + capacity))
+            ),
             budget=lambda: budget["value"],
         )
         received = ledger.next_seq.copy()
