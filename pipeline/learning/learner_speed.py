@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import signal
 import time
+from collections.abc import Callable
 from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING, Any
 
@@ -148,10 +149,7 @@ def _measure_learners(spec: dict[str, Any]) -> dict[str, float]:
     batch_size = spec["batch_size"]
     batches = [replay.sample(batch_size) for _ in range(16)]
 
-    def sync() -> None:
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-
+    sync = _synchronizer(device)
     learners: dict[str, Learner] = {}
     out: dict[str, float] = {}
     for name in spec["variants"]:
@@ -168,22 +166,9 @@ def _measure_learners(spec: dict[str, Any]) -> dict[str, float]:
     elapsed = dict.fromkeys(learners, 0.0)
     updates = dict.fromkeys(learners, 0)
     for round_ in range(spec["rounds"]):
-        order = list(learners) if round_ % 2 == 0 else list(reversed(learners))  # no variant always first
-        for name in order:
-            learner = learners[name]
-            learner.update(batches[0])  # back in cache after the other variants
-            sync()
-            start = time.perf_counter()
-            deadline = start + spec["round_s"]
-            n = 0
-            while True:
-                learner.update(batches[n % len(batches)])
-                n += 1
-                if n % 4 == 0:
-                    sync()
-                    if time.perf_counter() >= deadline:
-                        break
-            elapsed[name] += time.perf_counter() - start
+        for name in _round_order(list(learners), round_):
+            n, seconds = _timed_round(learners[name], batches, spec["round_s"], sync)
+            elapsed[name] += seconds
             updates[name] += n
     for name in learners:
         rate = updates[name] / elapsed[name]
@@ -237,14 +222,40 @@ def _batch_worker(conn: Connection, spec: dict[str, Any], batch_sizes: list[int]
     # Interleaved rounds, each size's best kept: timed one after the other, the first size
     # ran while the child was still warming up and read up to 30 % slow, enough to flip
     # the tuning's batch-size choice on a CPU where every size costs the same per sample.
+    sync = _synchronizer(device)
     rates = dict.fromkeys(batch_sizes, 0.0)
-    for _ in range(spec["rounds"]):
-        for size in batch_sizes:
-            start, n = time.perf_counter(), 0
-            while time.perf_counter() - start < spec["round_s"]:
-                learner.update(batches[size][n % len(batches[size])])
-                n += 1
-            if device.type == "cuda":
-                torch.cuda.synchronize(device)
-            rates[size] = max(rates[size], n / (time.perf_counter() - start))
+    for round_ in range(spec["rounds"]):
+        for size in _round_order(batch_sizes, round_):
+            n, seconds = _timed_round(learner, batches[size], spec["round_s"], sync)
+            rates[size] = max(rates[size], n / seconds)
     conn.send(rates)
+
+
+def _synchronizer(device: torch.device) -> Callable[[], None]:
+    """Waits for the device's queued work (CUDA runs asynchronously), so the clock sees it."""
+    import torch
+
+    if device.type == "cuda":
+        return lambda: torch.cuda.synchronize(device)
+    return lambda: None
+
+
+def _round_order(keys: list[Any], round_: int) -> list[Any]:
+    """Every other round reversed: no variant or size is always timed first."""
+    return keys if round_ % 2 == 0 else keys[::-1]
+
+
+def _timed_round(learner: Any, batches: list[Any], seconds: float, sync: Callable[[], None]) -> tuple[int, float]:
+    """Updates done and seconds taken by one timed round of at least ``seconds``."""
+    learner.update(batches[0])  # back in cache after whatever ran before, untimed
+    sync()
+    start = time.perf_counter()
+    deadline = start + seconds
+    n = 0
+    while True:
+        learner.update(batches[n % len(batches)])
+        n += 1
+        if n % 4 == 0:  # synchronising after every update would time the sync
+            sync()
+            if time.perf_counter() >= deadline:
+                return n, time.perf_counter() - start
