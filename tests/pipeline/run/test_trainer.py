@@ -26,7 +26,7 @@ from models import QNetwork
 from pipeline.learning.checkpoint import load_checkpoint
 from pipeline.learning.policy import load_policy
 from pipeline.transport.segments import project_segments, run_tag
-from tests.conftest import wait_until
+from tests.conftest import run_main, wait_until
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -84,10 +84,8 @@ def test_whole_pipeline_learns_catch_and_the_evaluator_sees_it(tmp_path):
     sees a greedy policy at >= 90% of the optimal return, and reports it through the
     monitor, CSV, TensorBoard and summary.json with the best episode's video; the final
     checkpoint, evaluated here on other seeds, plays far above chance."""
-    result = subprocess.run(
+    result = run_main(
         [
-            sys.executable,
-            "main.py",
             "--preset",
             "tiny",
             "--num-processes",
@@ -106,9 +104,7 @@ def test_whole_pipeline_learns_catch_and_the_evaluator_sees_it(tmp_path):
             "eval_episodes=10",
         ],
         cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=1500,
+        timeout_s=1500,
     )
     assert result.returncode == 0, result.stderr[-3000:]
     run = tmp_path / "learn"
@@ -175,10 +171,8 @@ def test_sigint_stops_cleanly_and_resume_continues_counters(tmp_path):
     assert before["updates"] > 0 and before["frames"] > 0
 
     target = before["frames"] + 2000
-    result = subprocess.run(
+    result = run_main(
         [
-            sys.executable,
-            "main.py",
             "--preset",
             "tiny",
             "--resume",
@@ -191,9 +185,7 @@ def test_sigint_stops_cleanly_and_resume_continues_counters(tmp_path):
             "mark_interval_frames=500",
         ],
         cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=900,
+        timeout_s=900,
     )
     assert result.returncode == 0, result.stderr[-3000:]
     after = load_checkpoint(checkpoints(run)[-1])["counters"]
@@ -220,13 +212,11 @@ def test_prioritized_replay_gets_the_learners_td_errors_as_priorities(tmp_path):
     the saved replay holds many distinct priorities (all new records start at one value)."""
     from pipeline.learning.replay import ReplayMemory
 
-    result = subprocess.run(
-        [sys.executable, "main.py", "--preset", "tiny", "--run-dir", str(tmp_path), "--run-name", "per"]
+    result = run_main(
+        ["--preset", "tiny", "--run-dir", str(tmp_path), "--run-name", "per"]
         + ["--total-frames", "1500", "--monitor", "log", "--set", "prioritized_replay=true"],
         cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=900,
+        timeout_s=900,
     )
     assert result.returncode == 0, result.stderr[-3000:]
     replay = ReplayMemory.load(tmp_path / "per" / "checkpoints" / "replay.npz")
@@ -259,13 +249,10 @@ def test_a_killed_run_resumes_with_its_periodically_saved_replay(tmp_path):
         if proc.poll() is None:
             proc.kill()
     before = load_checkpoint(checkpoints(run)[-1])["counters"]["frames"]
-    result = subprocess.run(
-        [sys.executable, "main.py", "--preset", "tiny", "--resume", str(run), "--monitor", "log"]
-        + ["--total-frames", str(before + 500)],
+    result = run_main(
+        ["--preset", "tiny", "--resume", str(run), "--monitor", "log", "--total-frames", str(before + 500)],
         cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=900,
+        timeout_s=900,
     )
     assert result.returncode == 0, result.stderr[-3000:]
     restored = re.search(r"restored (\d+) transitions of replay", result.stderr)
