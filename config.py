@@ -132,7 +132,25 @@ class Config:
     epsilon_end: float = 0.05
     """Exploration epsilon after the decay."""
     epsilon_decay_frames: int = 1_000_000
-    """Emulator frames over which epsilon decays linearly."""
+    """Emulator frames over which epsilon decays: the linear schedule reaches epsilon_end
+    there; the exponential one uses it as its time constant."""
+    epsilon_schedule: str = "linear"
+    """How epsilon falls from epsilon_start to its floor epsilon_end: linear (reaches the
+    floor at epsilon_decay_frames) or exponential (end + (start - end) * exp(-frames /
+    epsilon_decay_frames), as DI-engine's Mario DQN)."""
+    exploration: str = "epsilon"
+    """How collectors explore: epsilon (a uniform random action with probability epsilon
+    each step) or ez (ez-greedy, Dabney et al. 2021: with probability epsilon, a random
+    action held for a duration drawn from a zeta distribution, so that a jump can be
+    held long enough to clear a tall pipe)."""
+    ez_mu: float = 2.0
+    """ez-greedy's zeta exponent: P(duration n) is proportional to n ** -ez_mu."""
+    ez_max_steps: int = 32
+    """ez-greedy's longest duration in agent steps (the zeta distribution is cut there)."""
+    prev_action_input: bool = False
+    """Feed the network the previous agent step's action (one-hot, 'none' at an episode
+    start), joined to the convolutional features: four frames do not show whether A is
+    already held, which decides whether right+A jumps."""
 
     # --- compute -----------------------------------------------------------------------
     device: str = "auto"
@@ -196,18 +214,22 @@ class Config:
     eval_interval_s: float = 120.0
     """Seconds between greedy evaluations of the latest weights by the evaluator process (0 = none)."""
     eval_episodes: int = 1
-    """Greedy episodes per evaluation (Mario stages are deterministic: 1 suffices for a fixed stage)."""
+    """Episodes per evaluation, each from a seed of its own (greedy on a fixed stage, 1 suffices:
+    it is deterministic; with eval_epsilon 0.05, 20 is the learning benchmark's protocol)."""
     eval_max_steps: int = 2000
     """Agent steps after which an evaluation episode is cut."""
+    eval_epsilon: float = 0.0
+    """Probability of a random action in the evaluator's episodes (0 = greedy)."""
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> Config:
-        """A Config from a saved ``to_dict()`` (a checkpoint's): fields it lacks take
-        today's defaults, names that are no longer fields are dropped."""
-        return cls(**{k: v for k, v in values.items() if k in FIELD_NAMES})
+        """A Config from a saved ``to_dict()`` (a checkpoint's): fields it lacks take the
+        value runs had before the field existed (``SAVED_BEFORE``), else today's default;
+        names that are no longer fields are dropped."""
+        return cls(**{**SAVED_BEFORE, **{k: v for k, v in values.items() if k in FIELD_NAMES}})
 
     def env_kwargs(self, *, reward_scale: float | None = None) -> dict[str, Any]:
         """Keyword arguments of :func:`envs.make_env` for this run's env settings (all but
@@ -222,6 +244,9 @@ class Config:
 
 
 FIELD_NAMES: frozenset[str] = frozenset(f.name for f in fields(Config))
+# What a run saved before these fields existed did: a checkpoint without them was trained
+# so, whatever today's defaults are (its network has no previous-action input).
+SAVED_BEFORE: dict[str, Any] = {"prev_action_input": False, "exploration": "epsilon", "epsilon_schedule": "linear"}
 SWITCH_VALUES: tuple[str, ...] = ("auto", "on", "off")  # compile and amp
 FIELD_TYPES: dict[str, str] = {f.name: str(f.type) for f in fields(Config)}
 
@@ -467,6 +492,7 @@ def validate(cfg: Config) -> None:
         "eval_episodes",
         "eval_max_steps",
         "priority_beta_frames",
+        "ez_max_steps",
     ):
         positive(name)
     for name in (
@@ -523,9 +549,12 @@ def validate(cfg: Config) -> None:
         ("priority_beta_start", "0.4"),
         ("target_tau", "0.005"),
         ("reset_shrink", "0.8"),
+        ("eval_epsilon", "0.05"),
     ):
         if not 0.0 <= getattr(cfg, name) <= 1.0:
             problems.append(_problem(name, getattr(cfg, name), "must be in [0, 1]", f"use e.g. {example}"))
+    if not 1.0 < cfg.ez_mu <= 10.0:
+        problems.append(_problem("ez_mu", cfg.ez_mu, "must be in (1, 10]", "use 2 (the paper's value)"))
     if not cfg.reward_scale > 0 or cfg.reward_scale == float("inf"):
         problems.append(_problem("reward_scale", cfg.reward_scale, "must be a finite number > 0", "use e.g. 0.1"))
     if cfg.action_set not in ("right_only", "simple", "complex"):
@@ -537,6 +566,8 @@ def validate(cfg: Config) -> None:
         ("compile", SWITCH_VALUES),
         ("amp", SWITCH_VALUES),
         ("backend", ("local", "ray")),
+        ("epsilon_schedule", ("linear", "exponential")),
+        ("exploration", ("epsilon", "ez")),
     ):
         if getattr(cfg, name) not in allowed:
             problems.append(

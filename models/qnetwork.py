@@ -9,7 +9,7 @@ Architecture (Mnih et al. 2015, with BatchNorm2d after every conv):
     conv 32 8x8/4 -> BN -> ReLU
     conv 64 4x4/2 -> BN -> ReLU
     conv 64 3x3/1 -> BN -> ReLU
-    flatten (64*7*7 = 3136) -> fc 512 -> ReLU
+    flatten (64*7*7 = 3136) [+ one-hot previous action] -> fc 512 -> ReLU
     dueling:  V(s) + A(s, a) - mean_a A(s, a)      (Wang et al. 2016)
     plain:    linear 512 -> num_actions
 
@@ -19,6 +19,16 @@ the forward signal anyway, so fan_out keeps the *backward* signal well scaled); 
 fc layer uses ``kaiming_normal_(mode="fan_in", nonlinearity="relu")`` because nothing
 normalises after it; the output layers use fan_in with a linear gain so initial Q-values
 start near zero with unit-ish spread. BN weight = 1, BN bias = 0, linear biases = 0.
+
+Previous action (``prev_action_input``): four stacked frames show Mario's position and
+speed but not whether A is already held, which decides whether right+A starts a jump.
+With the option on, ``forward`` also takes the previous agent step's action (int64
+``[B]``, ``num_actions`` meaning "none": the first step of an episode). Joining a one-hot
+of it to the flattened conv features before ``fc`` adds one column of ``fc``'s weight to
+the hidden pre-activation, so it is stored and computed as exactly that: an embedding
+row per action added after ``fc``'s matmul (the "none" row fixed at zero, as an
+all-zero one-hot would be). Its rows start at N(0, 0.5^2): large enough, beside the
+unit-scale pre-activation, for the bit to matter from the first updates.
 """
 
 from __future__ import annotations
@@ -63,6 +73,7 @@ class QNetwork(nn.Module):
         dueling: bool = True,
         *,
         channels_last: bool = False,
+        prev_action_input: bool = False,
     ) -> None:
         super().__init__()
         if num_actions < 1:
@@ -73,6 +84,7 @@ class QNetwork(nn.Module):
         self.frame_stack = frame_stack
         self.dueling = dueling
         self.channels_last = channels_last
+        self.prev_action_input = prev_action_input
 
         self.features = nn.Sequential(
             *_conv_bn(frame_stack, 32, 8, 4),
@@ -81,6 +93,9 @@ class QNetwork(nn.Module):
             nn.Flatten(),
         )
         self.fc = nn.Sequential(nn.Linear(_TRUNK_OUT_FEATURES, _HIDDEN), nn.ReLU(inplace=True))
+        if prev_action_input:
+            # Row num_actions is "none" (episode start): padding_idx keeps it zero.
+            self.prev_action = nn.Embedding(num_actions + 1, _HIDDEN, padding_idx=num_actions)
         if dueling:
             self.value = nn.Linear(_HIDDEN, 1)
             self.advantage = nn.Linear(_HIDDEN, num_actions)
@@ -96,21 +111,40 @@ class QNetwork(nn.Module):
             elif isinstance(module, nn.BatchNorm2d):
                 nn.init.ones_(module.weight)
                 nn.init.zeros_(module.bias)
+            elif isinstance(module, nn.Embedding):
+                nn.init.normal_(module.weight, std=0.5)
+                with torch.no_grad():
+                    module.weight[self.num_actions].zero_()
             elif isinstance(module, nn.Linear):
                 # Output layers feed no ReLU, so they get the linear gain (1) not sqrt(2).
                 gain_for = "linear" if module in output_layers else "relu"
                 nn.init.kaiming_normal_(module.weight, mode="fan_in", nonlinearity=gain_for)
                 nn.init.zeros_(module.bias)
+            elif isinstance(module, nn.Embedding):
+                nn.init.normal_(module.weight, std=0.5)
+                with torch.no_grad():
+                    module.weight[self.num_actions].zero_()
 
-    def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        """Q-values ``[B, num_actions]`` for uint8 (or already-float 0..255) ``[B, S, 84, 84]``."""
+    def forward(self, obs: torch.Tensor, prev_action: torch.Tensor | None = None) -> torch.Tensor:
+        """Q-values ``[B, num_actions]`` for uint8 (or already-float 0..255) ``[B, S, 84, 84]``.
+
+        ``prev_action`` (int64 ``[B]`` in ``0..num_actions``, ``num_actions`` = none) is used
+        only by a network built with ``prev_action_input``; None there means "none" for all.
+        """
         # Scaling happens here, on whatever device the network lives on, so callers can
         # ship compact uint8 tensors. Under autocast the convs still run in low precision.
         # Out-of-place division: a float input must not be modified under the caller.
         x = obs.float() / 255.0
         if self.channels_last:
             x = x.contiguous(memory_format=torch.channels_last)
-        h = self.fc(self.features(x))
+        if self.prev_action_input:
+            if prev_action is None:
+                prev_action = torch.full((obs.shape[0],), self.num_actions, dtype=torch.long, device=obs.device)
+            # fc's Linear then the action's column, then the ReLU (see the module docstring).
+            linear, relu = self.fc[0], self.fc[1]
+            h = relu(linear(self.features(x)) + self.prev_action(prev_action))
+        else:
+            h = self.fc(self.features(x))
         if not self.dueling:
             return self.head(h)
         value = self.value(h)
@@ -119,7 +153,9 @@ class QNetwork(nn.Module):
         return value + advantage - advantage.mean(dim=1, keepdim=True)
 
 
-def build_qnetwork(num_actions: int, frame_stack: int = 4, dueling: bool = True) -> QNetwork:
+def build_qnetwork(
+    num_actions: int, frame_stack: int = 4, dueling: bool = True, prev_action_input: bool = False
+) -> QNetwork:
     """A fresh CPU ``QNetwork`` in eval mode, for a collector's acting copy.
 
     Collectors only run inference with weights published by the learner, so the copy
@@ -127,7 +163,7 @@ def build_qnetwork(num_actions: int, frame_stack: int = 4, dueling: bool = True)
     ``requires_grad`` switched off so no autograd bookkeeping is done while acting.
     It keeps the default NCHW activations, which are faster for batch-1 inference.
     """
-    net = QNetwork(num_actions, frame_stack=frame_stack, dueling=dueling)
+    net = QNetwork(num_actions, frame_stack=frame_stack, dueling=dueling, prev_action_input=prev_action_input)
     net.eval()
     net.requires_grad_(False)
     return net

@@ -78,7 +78,16 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-_BATCH_FIELDS: tuple[str, ...] = ("obs", "action", "ret", "next_obs", "discount", "weight")
+_BATCH_FIELDS: tuple[str, ...] = (
+    "obs",
+    "action",
+    "ret",
+    "next_obs",
+    "discount",
+    "weight",
+    "prev_action",
+    "next_prev_action",
+)
 # Enough updates to trigger the first compile (forward and backward graphs) and any
 # recompile the second call might cause, cheap enough to be negligible in eager mode.
 _WARMUP_UPDATES = 3
@@ -100,6 +109,8 @@ class BatchLike(Protocol):
     next_obs: torch.Tensor  # uint8 [B, S, 84, 84]
     discount: torch.Tensor  # float32 [B], gamma**k or 0 when terminated
     weight: torch.Tensor  # float32 [B], 1 valid / 0 invalid
+    prev_action: torch.Tensor | None  # int64 [B] action before obs (num_actions = none), or None
+    next_prev_action: torch.Tensor | None  # the same for next_obs
 
 
 @dataclass
@@ -113,6 +124,7 @@ class LearnerSettings:
     target_sync_updates: int = 2000
     dueling: bool = True
     frame_stack: int = 4
+    prev_action_input: bool = False  # the network also sees the previous action (QNetwork)
     augment_pad: int = 0  # random-shift augmentation of obs and next_obs (pixels; 0 = off)
     target_tau: float = 0.0  # moving-average target per update (0 = copy every target_sync_updates)
     reset_interval: int = 0  # shrink-and-perturb the online net every this many updates (0 = never)
@@ -134,6 +146,7 @@ class LearnerSettings:
             target_sync_updates=cfg.target_sync_updates,
             dueling=cfg.dueling,
             frame_stack=cfg.frame_stack,
+            prev_action_input=cfg.prev_action_input,
             augment_pad=cfg.augment_shift,
             target_tau=cfg.target_tau,
             reset_interval=cfg.reset_interval_updates,
@@ -184,9 +197,9 @@ class Learner:
         self.device: torch.device = _resolve_device(settings.device)
 
         # channels_last activations: faster convs at training batch sizes (see QNetwork).
-        self.online: nn.Module = QNetwork(num_actions, settings.frame_stack, settings.dueling, channels_last=True)
+        self.online: nn.Module = self._network(channels_last=True)
         self.online.to(self.device).train()
-        self.target: nn.Module = QNetwork(num_actions, settings.frame_stack, settings.dueling, channels_last=True)
+        self.target: nn.Module = self._network(channels_last=True)
         self.target.to(self.device)
         self.target.load_state_dict(self.online.state_dict())
         self.target.eval()
@@ -241,13 +254,13 @@ class Learner:
         return self._update_step(*tensors)
 
     def augmented(self, tensors: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]:
-        """The device batch (obs, action, ret, next_obs, discount, weight) with ``obs`` and
+        """The device batch (the fields of ``_BATCH_FIELDS``, in order) with ``obs`` and
         ``next_obs`` shifted by offsets of their own (unchanged when ``augment_pad`` is 0)."""
         pad = self.settings.augment_pad
         if not pad:
             return tensors
-        obs, action, ret, next_obs, discount, weight = tensors
-        return random_shift(obs, pad), action, ret, random_shift(next_obs, pad), discount, weight
+        obs, action, ret, next_obs, *rest = tensors
+        return (random_shift(obs, pad), action, ret, random_shift(next_obs, pad), *rest)
 
     def compute_loss(self, batch: BatchLike) -> torch.Tensor:
         """The full-batch masked Huber loss the update minimises, with its autograd graph.
@@ -255,9 +268,9 @@ class Learner:
         Uses the same (possibly compiled) functions as ``update``. Like an update, the
         train-mode forward advances the online net's BatchNorm running statistics.
         """
-        obs, action, ret, next_obs, discount, weight = self._batch_to_device(batch)
-        target = self._compute_targets(next_obs, ret, discount)
-        loss, _, _ = self._loss_fn(obs, action, target, weight, weight.sum().clamp(min=1.0))
+        obs, action, ret, next_obs, discount, weight, prev, next_prev = self._batch_to_device(batch)
+        target = self._compute_targets(next_obs, next_prev, ret, discount)
+        loss, _, _ = self._loss_fn(obs, prev, action, target, weight, weight.sum().clamp(min=1.0))
         return loss
 
     def warmup(self, batch_size: int) -> float:
@@ -304,14 +317,15 @@ class Learner:
             "updates": float(count),
         }
 
-    def q_values(self, obs_uint8: torch.Tensor) -> torch.Tensor:
+    def q_values(self, obs_uint8: torch.Tensor, prev_action: torch.Tensor | None = None) -> torch.Tensor:
         """Eval-mode float32 Q-values of the online net, for evaluation episodes."""
         obs = self._to_device(obs_uint8)
+        prev = None if prev_action is None else self._to_device(prev_action).long()
         was_training = self.online.training
         self.online.eval()
         try:
             with torch.no_grad():
-                return self.online(obs).float()
+                return self.online(obs, prev).float()
         finally:
             self.online.train(was_training)
 
@@ -342,7 +356,7 @@ class Learner:
         are dropped: the next step starts them afresh, as at the first update.
         """
         settings = self.settings
-        fresh = QNetwork(self.num_actions, settings.frame_stack, settings.dueling).to(self.device)
+        fresh = self._network().to(self.device)
         shrink = settings.reset_shrink
         torch._foreach_mul_(self._params, shrink)
         torch._foreach_add_(self._params, list(fresh.parameters()), alpha=1.0 - shrink)
@@ -379,23 +393,26 @@ class Learner:
         next_obs: torch.Tensor,
         discount: torch.Tensor,
         weight: torch.Tensor,
+        prev_action: torch.Tensor,
+        next_prev_action: torch.Tensor,
     ) -> torch.Tensor:
-        target = self._compute_targets(next_obs, ret, discount)
+        target = self._compute_targets(next_obs, next_prev_action, ret, discount)
         # Normalising every micro-batch by the full batch's weight makes the accumulated
         # gradient equal the full-batch gradient.
         denom = weight.sum().clamp(min=1.0)
         self.optimizer.zero_grad(set_to_none=True)
         accum = self.settings.grad_accum
         td_errors = []
-        for obs_c, action_c, target_c, weight_c in zip(
+        for obs_c, prev_c, action_c, target_c, weight_c in zip(
             obs.tensor_split(accum),
+            prev_action.tensor_split(accum),
             action.tensor_split(accum),
             target.tensor_split(accum),
             weight.tensor_split(accum),
         ):
             if obs_c.shape[0] == 0:  # grad_accum larger than the batch
                 continue
-            loss, stats, td_abs = self._loss_fn(obs_c, action_c, target_c, weight_c, denom)
+            loss, stats, td_abs = self._loss_fn(obs_c, prev_c, action_c, target_c, weight_c, denom)
             td_errors.append(td_abs)
             if self.scaler is not None:
                 self.scaler.scale(loss).backward()
@@ -422,13 +439,15 @@ class Learner:
             self.shrink_and_perturb()
         return td_errors[0] if len(td_errors) == 1 else torch.cat(td_errors)
 
-    def _compute_targets(self, next_obs: torch.Tensor, ret: torch.Tensor, discount: torch.Tensor) -> torch.Tensor:
+    def _compute_targets(
+        self, next_obs: torch.Tensor, next_prev: torch.Tensor, ret: torch.Tensor, discount: torch.Tensor
+    ) -> torch.Tensor:
         # Mode switches stay outside the compiled function: the compiled graphs are
         # specialised (guarded) on them, so each graph always sees one fixed mode.
         self.online.eval()
         try:
             with torch.no_grad():
-                return self._targets_fn(next_obs, ret, discount)
+                return self._targets_fn(next_obs, next_prev, ret, discount)
         finally:
             self.online.train()
 
@@ -437,11 +456,13 @@ class Learner:
             return contextlib.nullcontext()
         return torch.autocast(device_type=self.device.type, dtype=self.amp_dtype)
 
-    def _targets_impl(self, next_obs: torch.Tensor, ret: torch.Tensor, discount: torch.Tensor) -> torch.Tensor:
+    def _targets_impl(
+        self, next_obs: torch.Tensor, next_prev: torch.Tensor, ret: torch.Tensor, discount: torch.Tensor
+    ) -> torch.Tensor:
         """Double-DQN bootstrap targets (float32); both nets in eval mode, no grad."""
         with self._autocast():
-            q_next_online = self.online(next_obs)
-            q_next_target = self.target(next_obs)
+            q_next_online = self.online(next_obs, next_prev)
+            q_next_target = self.target(next_obs, next_prev)
         best_action = q_next_online.argmax(dim=1, keepdim=True)
         bootstrap = q_next_target.gather(1, best_action).squeeze(1).float()
         return ret + discount * bootstrap
@@ -449,6 +470,7 @@ class Learner:
     def _loss_impl(
         self,
         obs: torch.Tensor,
+        prev_action: torch.Tensor,
         action: torch.Tensor,
         target: torch.Tensor,
         weight: torch.Tensor,
@@ -457,7 +479,7 @@ class Learner:
         """Masked Huber loss, detached [loss, sum w|td|, sum w*q, sum w] statistics, and the
         per-sample |td| (detached)."""
         with self._autocast():
-            q_all = self.online(obs)
+            q_all = self.online(obs, prev_action)
         q_taken = q_all.float().gather(1, action.unsqueeze(1)).squeeze(1)
         # smooth_l1 with beta=1 is the Huber loss with delta=1.
         per_sample = F.smooth_l1_loss(q_taken, target, reduction="none", beta=1.0)
@@ -511,10 +533,29 @@ class Learner:
 
     # ------------------------------------------------------------------ helpers
 
+    def _network(self, *, channels_last: bool = False) -> QNetwork:
+        settings = self.settings
+        return QNetwork(
+            self.num_actions,
+            settings.frame_stack,
+            settings.dueling,
+            channels_last=channels_last,
+            prev_action_input=settings.prev_action_input,
+        )
+
     def _batch_to_device(self, batch: BatchLike) -> tuple[torch.Tensor, ...]:
-        obs, action, ret, next_obs, discount, weight = (self._to_device(getattr(batch, name)) for name in _BATCH_FIELDS)
+        obs, action, ret, next_obs, discount, weight = (
+            self._to_device(getattr(batch, name)) for name in _BATCH_FIELDS[:6]
+        )
+        none = self.num_actions  # "no previous action"; a batch built by hand may leave them out
+        prev, next_prev = (
+            torch.full_like(action, none, dtype=torch.int64)
+            if getattr(batch, name, None) is None
+            else self._to_device(getattr(batch, name)).long().clamp(max=none)
+            for name in _BATCH_FIELDS[6:]
+        )
         # gather() needs int64 indices; .long() is a no-op for the replay's int64 actions.
-        return obs, action.long(), ret, next_obs, discount, weight
+        return obs, action.long(), ret, next_obs, discount, weight, prev, next_prev
 
     def _to_device(self, tensor: torch.Tensor) -> torch.Tensor:
         if not isinstance(tensor, torch.Tensor):
@@ -540,6 +581,8 @@ class Learner:
             next_obs=torch.randint(0, 256, shape, dtype=torch.uint8, generator=gen),
             discount=torch.full((batch_size,), 0.99),  # any discount does: warmup's updates are undone
             weight=torch.ones(batch_size),
+            prev_action=torch.randint(0, self.num_actions + 1, (batch_size,), generator=gen),
+            next_prev_action=torch.randint(0, self.num_actions + 1, (batch_size,), generator=gen),
         )
 
     def _snapshot(self) -> dict[str, Any]:

@@ -6,8 +6,11 @@
 * :func:`play_episode` plays one episode and yields a :class:`Step` per agent step
   (with the raw colour frame when asked), exactly as a collector acts: the
   observation is a ``(frame_stack, 84, 84)`` uint8 stack filled with the first
-  observation at reset and rolled by one frame per step; the action is the network's
-  argmax, or with probability ``epsilon`` a uniform random action.
+  observation at reset and rolled by one frame per step, with the previous action
+  ("none" at reset) for a network that sees it; the action is the network's argmax,
+  or with probability ``epsilon`` a uniform random action.
+* :func:`network_of` builds the Q-network a run's config describes (collectors, the
+  evaluator and the learner's checks all use it, so their shapes agree).
 
 Reproducibility: the caller resets episode ``i`` with ``seed + i`` and passes one
 ``numpy.random.default_rng(seed)`` for the epsilon draws; a draw is taken only when
@@ -41,6 +44,7 @@ __all__ = [
     "caption",
     "check_action_count",
     "load_policy",
+    "network_of",
     "play_episode",
     "resolve_checkpoint",
     "run_dir_of",
@@ -129,6 +133,18 @@ def check_action_count(path: Path | str, trained_actions: int, config: Config, e
     )
 
 
+def network_of(config: Config, num_actions: int) -> Any:
+    """A fresh CPU ``QNetwork`` shaped as ``config`` says (frame stack, dueling, previous action)."""
+    from models import QNetwork
+
+    return QNetwork(
+        num_actions,
+        frame_stack=config.frame_stack,
+        dueling=config.dueling,
+        prev_action_input=config.prev_action_input,
+    )
+
+
 def load_policy(path: str | os.PathLike[str], env_id: str | None = None) -> Policy:
     """Load a ``Trainer.save`` checkpoint into a ready-to-act :class:`Policy`.
 
@@ -138,7 +154,6 @@ def load_policy(path: str | os.PathLike[str], env_id: str | None = None) -> Poli
         CheckpointError: unreadable/corrupt file, not a checkpoint of this project, or
             weights that do not fit the network its config describes.
     """
-    from models import QNetwork
     from pipeline.learning.checkpoint import CheckpointError, check_compatible, load_checkpoint
 
     path = resolve_checkpoint(path)
@@ -163,8 +178,8 @@ def load_policy(path: str | os.PathLike[str], env_id: str | None = None) -> Poli
         ) from None
     env_id = env_id or config.env_id
     check_action_count(path, num_actions, config, env_id)
-    frame_stack, dueling = config.frame_stack, config.dueling
-    model = QNetwork(num_actions, frame_stack=frame_stack, dueling=dueling)
+    frame_stack = config.frame_stack
+    model = network_of(config, num_actions)
     check_compatible(model, online, path)
     model.load_state_dict(online)
     model.eval()
@@ -292,6 +307,8 @@ def play_episode(
     stack = np.zeros((frame_stack, *np.shape(obs)), np.uint8)
     stack[:] = obs
     stack_tensor = torch.from_numpy(stack).unsqueeze(0)  # shares memory with stack
+    # The previous action as a collector feeds it: num_actions = none at the first step.
+    prev_action = torch.full((1,), num_actions, dtype=torch.int64)
     taken: list[int] = []
     episode_return = 0.0
     steps = 0
@@ -302,13 +319,14 @@ def play_episode(
             action = int(rng.integers(num_actions))
         else:
             with torch.inference_mode():
-                action = int(model(stack_tensor).argmax(1))
+                action = int(model(stack_tensor, prev_action).argmax(1))
         next_obs, reward, terminated, truncated, info = env.step(action)
         steps += 1
         taken.append(action)
         episode_return += float(reward)
         stack[:-1] = stack[1:]
         stack[-1] = next_obs
+        prev_action[0] = action
         if not (terminated or truncated) and (
             (max_steps and steps >= max_steps)
             or (actions is not None and steps >= len(actions))

@@ -59,6 +59,9 @@ class ReplayMemory:
     ``stream`` and ``seq`` are int64 ``[B]`` tensors on the device naming each candidate's
     stream and absolute sequence number within that stream (0 = first record ever added
     to it); pass it to :meth:`update_priorities` when prioritized.
+
+    ``num_actions`` is the run's action count: batches name "no previous action" (an
+    episode's first step) by that value.
     """
 
     def __init__(
@@ -75,6 +78,7 @@ class ReplayMemory:
         alpha: float = 0.6,
         beta: float = 0.4,
         eps: float = 1e-6,
+        num_actions: int = 255,
     ) -> None:
         if num_streams < 1:
             raise ValueError("num_streams must be >= 1")
@@ -122,6 +126,7 @@ class ReplayMemory:
             n_step=n_step,
             gamma=self.gamma,
             device=dev,
+            num_actions=num_actions,
         )
         self._generator = torch.Generator(device=dev)
         self._generator.manual_seed(seed)

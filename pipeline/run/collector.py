@@ -2,7 +2,11 @@
 
 A collector builds its own emulators (never inherited from the parent), keeps a CPU
 copy of the Q-network in eval mode with one intra-op thread, and acts epsilon-greedy
-with the epsilon the learner publishes.
+with the epsilon the learner publishes: plain, or temporally extended (``exploration =
+"ez"``: a random action held for a zeta-distributed number of steps,
+:mod:`~pipeline.learning.exploration`). With ``prev_action_input`` the network also sees
+each env's previous action ("none" at an episode's first step), exactly as the replay
+rebuilds it from the stored actions at sampling time.
 
 It steps ``envs_per_collector`` environments in lockstep and chooses their actions with
 ONE batched forward pass. Inference is the only per-step cost a collector adds on top
@@ -17,7 +21,7 @@ record (its last observation) and a msgpack summary. The collector's first slot 
 :class:`~pipeline.transport.ring.SlotCounters`), so the learner's monitor and supervisor
 read them without any message passing.
 
-When every env takes the random branch of epsilon-greedy the network is not evaluated
+When every env explores (or repeats an exploratory action) the network is not evaluated
 at all: the actions do not depend on it, which saves CPU early in training.
 """
 
@@ -126,8 +130,9 @@ class Collector:
         import torch
 
         from envs import make_env, preprocess_ns
-        from models import QNetwork
+        from pipeline.learning.exploration import TemporallyExtendedEpsilonGreedy
         from pipeline.learning.flat_state import StateLoader
+        from pipeline.learning.policy import network_of
         from pipeline.transport.segments import attach_segment
         from pipeline.transport.weights import WeightsBlock
 
@@ -165,7 +170,17 @@ class Collector:
             seed = self.cfg.seed + 1000 * index + 1_000_003 * starts
             self.streams.append(EnvStream(self._build_env(seed), slot, seed, self.stacks[k]))
         self.num_actions = int(self.streams[0].env.action_space.n)
-        self.model = QNetwork(self.num_actions, frame_stack, self.cfg.dueling).eval()
+        self.model = network_of(self.cfg, self.num_actions).eval()
+        # Previous action per env; num_actions = none (an episode's first step).
+        self.prev_actions = np.full(len(slots), self.num_actions, np.int64)
+        self.prev_actions_tensor = torch.from_numpy(self.prev_actions)  # shares memory
+        self.explorer = TemporallyExtendedEpsilonGreedy(
+            len(slots),
+            self.num_actions,
+            self.rng,
+            max_duration=self.cfg.ez_max_steps if self.cfg.exploration == "ez" else 1,
+            mu=self.cfg.ez_mu,
+        )
         self.loader = StateLoader(self.model)
         if self.loader.num_floats != self.weights.num_floats:
             raise RuntimeError(
@@ -258,7 +273,7 @@ class Collector:
             self.fault_step = -1  # once
             raise RuntimeError(f"injected environment fault at step {steps}")
 
-    def _reset(self, stream: EnvStream) -> bool:
+    def _reset(self, stream: EnvStream, index: int) -> bool:
         try:
             obs, _ = stream.env.reset(seed=stream.seed if stream.first_reset else None)
         except Exception:  # noqa: BLE001 - see _env_failed
@@ -266,6 +281,8 @@ class Collector:
             return False
         stream.first_reset = stream.needs_reset = False
         stream.stack[:] = obs
+        self.prev_actions[index] = self.num_actions
+        self.explorer.reset(index)
         stream.flags = FLAG_START
         stream.episode_return = 0.0
         stream.episode_steps = 0
@@ -293,24 +310,22 @@ class Collector:
         epsilon = self.weights.epsilon if self.weights.version else 1.0
         counters.state = R.STATE_RUNNING
         rounds = 0
-        k_envs = len(self.streams)
         while True:
             t0 = perf()
-            for stream in self.streams:
-                while stream.needs_reset and not self._reset(stream):
+            for index, stream in enumerate(self.streams):
+                while stream.needs_reset and not self._reset(stream, index):
                     pass
-            # Epsilon-greedy for every env at once; one forward for the greedy ones.
-            actions = self.rng.integers(self.num_actions, size=k_envs)
-            greedy = self.rng.random(k_envs) >= epsilon
+            # Exploration for every env at once; one forward for the greedy ones.
+            actions, greedy = self.explorer.choose(epsilon)
             t1 = perf()
             if greedy.any():
                 with torch.inference_mode():
-                    best = self.model(self.stacks_tensor).argmax(1).numpy()
+                    best = self.model(self.stacks_tensor, self.prev_actions_tensor).argmax(1).numpy()
                 actions = np.where(greedy, best, actions)
             t2 = perf()
             write_ns_round = 0
             episode_ended = False
-            for stream, action in zip(self.streams, actions.tolist()):
+            for index, (stream, action) in enumerate(zip(self.streams, actions.tolist())):
                 try:
                     self._maybe_inject_fault(stream.steps)
                     next_obs, reward, terminated, truncated, info = stream.env.step(action)
@@ -328,6 +343,7 @@ class Collector:
                 stream.episode_return += reward
                 stream.stack[:-1] = stream.stack[1:]
                 stream.stack[-1] = next_obs
+                self.prev_actions[index] = action
                 if done:
                     self._write(stream.slot, next_obs, 0, 0.0, FLAG_FINAL)
                 stream.counters.steps = stream.steps

@@ -29,11 +29,11 @@ import torch
 
 import envs
 from config import Config
-from models import QNetwork
 from pipeline.learning.checkpoint import CHECKPOINT_PATTERN, CheckpointError, check_compatible, load_checkpoint
 from pipeline.learning.flat_state import state_numel
 from pipeline.learning.learner import Learner, LearnerSettings
 from pipeline.learning.learner_choice import choose_learner
+from pipeline.learning.policy import network_of
 from pipeline.learning.replay import ReplayFileError, ReplayMemory
 from pipeline.run.monitor import Monitor
 from pipeline.run.preflight import RunLock, check_machine
@@ -113,7 +113,7 @@ def load_resume_checkpoint(cfg: Config) -> tuple[Path, Path, dict[str, Any]]:
             f"{', '.join(sorted(missing)) or 'learner.online'}); pass a ckpt-*.pt "
             f"file or a run directory written by main.py"
         )
-    probe = QNetwork(envs.num_actions(cfg.env_id, cfg.action_set), cfg.frame_stack, cfg.dueling)
+    probe = network_of(cfg, envs.num_actions(cfg.env_id, cfg.action_set))
     check_compatible(probe, state["learner"]["online"], path)
     return path, root, state
 
@@ -187,6 +187,7 @@ def build_replay(cfg: Config, num_streams: int, device: torch.device) -> ReplayM
         prioritized=cfg.prioritized_replay,
         alpha=cfg.priority_alpha,
         beta=cfg.priority_beta_start,
+        num_actions=envs.num_actions(cfg.env_id, cfg.action_set),
     )
 
 
@@ -241,7 +242,7 @@ def warm_up_learner(learner: Learner, cfg: Config, device: torch.device, monitor
 
 def check_machine_and_lock(cfg: Config, root: Path, num_actions: int) -> RunLock:
     """The preflight checks, then the run directory's lock: raised as one line, before anything exists."""
-    network_floats = state_numel(QNetwork(num_actions, cfg.frame_stack, cfg.dueling).state_dict())
+    network_floats = state_numel(network_of(cfg, num_actions).state_dict())
     for warning in check_machine(cfg, network_floats):
         logger.warning(warning)
     lock = RunLock(root).acquire()

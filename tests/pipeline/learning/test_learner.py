@@ -31,6 +31,9 @@ def make_batch(size: int = 8, seed: int = 0, valid: int | None = None) -> Batch:
         # Mix of bootstrapped (gamma**k) and terminal (0) transitions.
         discount=torch.where(torch.arange(size) % 3 == 0, 0.0, 0.99**3),
         weight=weight,
+        # NUM_ACTIONS is "none" (an episode's first step).
+        prev_action=torch.randint(0, NUM_ACTIONS + 1, (size,), generator=gen),
+        next_prev_action=torch.randint(0, NUM_ACTIONS + 1, (size,), generator=gen),
     )
 
 
@@ -71,13 +74,13 @@ def reference_target_and_q(online: nn.Module, target: nn.Module, batch: Batch) -
     """Double-DQN targets and Q(s, a) (train-mode forward) computed by hand."""
     online.eval()
     with torch.no_grad():
-        next_online = online(batch.next_obs)
-        next_target = target.eval()(batch.next_obs)
+        next_online = online(batch.next_obs, batch.next_prev_action)
+        next_target = target.eval()(batch.next_obs, batch.next_prev_action)
         best = next_online.argmax(dim=1)
         bootstrap = next_target[torch.arange(len(best)), best]
         y = batch.ret + batch.discount * bootstrap
     online.train()
-    q = online(batch.obs)[torch.arange(len(batch.action)), batch.action]
+    q = online(batch.obs, batch.prev_action)[torch.arange(len(batch.action)), batch.action]
     return y, q
 
 
@@ -91,8 +94,9 @@ def perturb(module: nn.Module, seed: int) -> None:
 # ---------------------------------------------------------------------------- loss
 
 
-def test_double_dqn_loss_matches_hand_computation() -> None:
-    learner = make_learner()
+@pytest.mark.parametrize("prev_action_input", [False, True])
+def test_double_dqn_loss_matches_hand_computation(prev_action_input: bool) -> None:
+    learner = make_learner(prev_action_input=prev_action_input)
     # Make the target differ from the online net so Double DQN != using either alone.
     perturb(learner.target, seed=1)
     batch = make_batch(size=6, valid=5)
@@ -105,8 +109,8 @@ def test_double_dqn_loss_matches_hand_computation() -> None:
     # Sanity: the vanilla-DQN target (max over the target net) gives another value, so
     # the check above really distinguishes the Double-DQN action selection.
     with torch.no_grad():
-        vanilla_y = batch.ret + batch.discount * target_copy(batch.next_obs).max(dim=1).values
-    q = online_copy.train()(batch.obs)[torch.arange(6), batch.action]
+        vanilla_y = batch.ret + batch.discount * target_copy(batch.next_obs, batch.next_prev_action).max(dim=1).values
+    q = online_copy.train()(batch.obs, batch.prev_action)[torch.arange(6), batch.action]
     vanilla = (batch.weight * huber(vanilla_y - q)).sum() / batch.weight.sum()
     assert not torch.allclose(vanilla, expected)
 
@@ -274,9 +278,10 @@ def test_compile_failure_falls_back_to_eager_with_one_warning() -> None:
 
 # Inductor itself triggers torch.jit deprecation warnings while compiling; not ours.
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")
-def test_compiled_loss_matches_eager() -> None:
-    compiled = make_learner(compile=True)
-    eager = make_learner()
+@pytest.mark.parametrize("prev_action_input", [False, True])
+def test_compiled_loss_matches_eager(prev_action_input: bool) -> None:
+    compiled = make_learner(compile=True, prev_action_input=prev_action_input)
+    eager = make_learner(prev_action_input=prev_action_input)
     compiled.warmup(batch_size=4)
     assert compiled.compiled is True
     eager.load_state_dict(copy.deepcopy(compiled.state_dict()))
@@ -361,3 +366,22 @@ def test_state_dict_round_trip_resumes_identically() -> None:
     a.update(batch)
     b.update(batch)
     assert state_equal(a.state_dict()["online"], b.state_dict()["online"])
+
+
+def test_previous_actions_reach_the_loss_and_a_batch_without_them_means_none() -> None:
+    learner = make_learner(prev_action_input=True)
+    batch = make_batch(size=6)
+    with_prev = learner.compute_loss(batch)
+    none = torch.full((6,), NUM_ACTIONS)
+    stripped = Batch(batch.obs, batch.action, batch.ret, batch.next_obs, batch.discount, batch.weight)
+    explicit_none = Batch(
+        batch.obs, batch.action, batch.ret, batch.next_obs, batch.discount, batch.weight, none, none.clone()
+    )
+    # BatchNorm's running statistics move with every train-mode forward: compare fresh copies.
+    a, b = make_learner(prev_action_input=True), make_learner(prev_action_input=True)
+    torch.testing.assert_close(a.compute_loss(stripped), b.compute_loss(explicit_none))
+    assert not torch.allclose(with_prev, make_learner(prev_action_input=True).compute_loss(explicit_none))
+    before = learner.online.prev_action.weight.detach().clone()
+    learner.update(batch)
+    assert not torch.equal(before[:NUM_ACTIONS], learner.online.prev_action.weight[:NUM_ACTIONS])
+    assert torch.equal(learner.online.prev_action.weight[NUM_ACTIONS], torch.zeros(512))  # none stays zero
