@@ -19,6 +19,9 @@ Exports :func:`bench_command`; uses every lower layer, and no user command.
 ``soak``                    the soak part's arithmetic
 ``consolidator``            the consolidator's throughput against flooding producers
 ``child``                   spawn a child, have it reply over a pipe, join or kill it
+``learning``                ``--only learning``: train seeds, evaluate the marks, report
+``learning_curves``         the marks evaluated by the protocol (parallel, cached), plotted
+``learning_figures``        a run's figures, mean and spread over seeds, variants compared
 ==========================  ============================================================
 """
 

@@ -2,17 +2,26 @@
 more seeds, then measure how fast it learned.
 
 Each seed is one ordinary training run (``python main.py`` in a child process, with the
-flags after ``--`` and ``mark_interval_frames`` set), in ``<out>/<name>-s<seed>``. A run
-already there is reused: finished ones are only evaluated, shorter ones are resumed
+flags after ``--`` and ``mark_interval_frames`` set), in ``<out>/<name>-s<seed>``
+(``--out``, default ``runs/learning``; any folder, e.g. one outside the work tree). A
+run already there is reused: finished ones are only evaluated, shorter ones are resumed
 (their replay with them) up to ``--frames``, so a long benchmark can be stopped with
-Ctrl-C and continued later by the same command. After training, every mark is evaluated
-greedily (:mod:`~pipeline.bench.learning_curves`), and the bench writes
+Ctrl-C and continued later, in another session, by the same command. After training,
+every mark is evaluated (:mod:`~pipeline.bench.learning_curves`) by the field's
+protocol: ``--episodes`` episodes (20) at ``--epsilon`` (0.05), each from a seed of its
+own, the same seeds for every mark, run and variant; the greedy episode ``play`` shows
+is kept beside it. The bench then
 
-- ``<out>/<name>.json``: per seed, the curve (x_pos and flag rate per mark), frames to
-  x_pos 1,800 and to the first flag, the area under the curve, wall time, frames/s and
-  the replay ratio held; and the same summed over seeds;
-- ``<out>/learning.png``: every variant found in ``<out>`` (one colour each, seeds
-  overlaid), drawn after the runs, never during them.
+- prints every figure (:mod:`~pipeline.bench.learning_figures`) per seed and over seeds
+  as mean (min..max), and compares the variant with the others in ``<out>`` evaluated by
+  the same protocol, on the seeds they share, saying which differences are within the
+  spread between seeds (noise);
+- writes ``<out>/<name>.json`` (``<name>-eps<E>x<N>.json`` for another protocol): per
+  seed the curve (mean and median x_pos, flag rate and the greedy episode per mark) and
+  the figures; over seeds their mean and spread; and the comparisons;
+- draws ``<out>/learning.png``: the protocol's mean x_pos and flag rate at each mark for
+  every variant in ``<out>`` evaluated the same way (one colour each, seeds overlaid),
+  after the runs, never during them.
 
 Learning per frame does not depend on the machine (the replay ratio is enforced), so
 curves are in frames; wall time is reported beside them with the CPU model.
@@ -34,43 +43,71 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.bench.learning_curves import (
-    X_POS_GOAL,
+    BENCH_EPISODES,
+    BENCH_EPSILON,
     MarkResult,
-    area_under_curve,
+    bench_protocol,
     evaluate_marks,
-    first_frames,
     plot_curves,
     x_pos_at,
 )
+from pipeline.bench.learning_figures import (
+    REPORT_FRAMES,
+    compare,
+    comparison_lines,
+    over_seeds,
+    run_figures,
+    table_lines,
+)
 from pipeline.common.errors import OneLineParser, UserError
 from pipeline.common.files import atomic_write_text
+from pipeline.run.eval_protocol import Protocol
 
 ROOT = Path(__file__).resolve().parents[2]
-REPORT_FRAMES = (500_000, 1_000_000, 2_000_000)
 PLOT_NAME = "learning.png"
 REPLAY_SAVE_INTERVAL_S = 600.0
+DEFAULT_MAX_STEPS = 2000
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(
         prog="main.py bench --only learning",
-        description="Train for N frames on each seed, then evaluate the frame marks greedily and report the "
-        "learning curve. Training flags go after --, e.g. -- --set gamma=0.9.",
+        description="Train for N frames on each seed, then evaluate every frame mark over --episodes episodes "
+        "at --epsilon (distinct, fixed seeds) beside the greedy episode, and report the learning curve, "
+        "its spread over seeds and how it compares with the other variants in --out. Training flags go "
+        "after --, e.g. -- --set gamma=0.9.",
     )
     parser.add_argument("--name", default="default", help="variant name: runs are <out>/<name>-s<seed>")
     parser.add_argument("--frames", type=int, default=2_000_000, help="emulator frames per seed (default 2,000,000)")
-    parser.add_argument("--seeds", default="0", help="comma-separated seeds (default 0)")
+    parser.add_argument("--seeds", default="0", help="comma-separated training seeds (default 0)")
     parser.add_argument("--mark-frames", type=int, default=100_000, help="frames between marks (default 100,000)")
-    parser.add_argument("--episodes", type=int, default=1, help="greedy episodes per mark (1-1 is deterministic)")
-    parser.add_argument("--max-steps", type=int, default=2000, help="agent steps per evaluation episode")
+    parser.add_argument(
+        "--episodes",
+        type=int,
+        default=BENCH_EPISODES,
+        help=f"evaluation episodes per mark, each from its own seed (default {BENCH_EPISODES})",
+    )
     parser.add_argument(
         "--epsilon",
         type=float,
-        default=0.0,
-        help="random-action rate of the evaluation (default 0: greedy; with it, --episodes > 1 "
-        "measures how robust the policy is, and the flag rate becomes a rate)",
+        default=BENCH_EPSILON,
+        help=f"random-action rate of the evaluation episodes (default {BENCH_EPSILON:g}; 0 is greedy, and a "
+        "fixed stage then plays the same episode every time)",
     )
-    parser.add_argument("--out", type=Path, default=Path("runs/learning"), help="where runs and results go")
+    parser.add_argument("--max-steps", type=int, default=DEFAULT_MAX_STEPS, help="agent steps per evaluation episode")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=Path("runs/learning"),
+        help="where runs and results go (default runs/learning); the same command with the same --out "
+        "resumes a benchmark, in this session or a later one",
+    )
+    parser.add_argument(
+        "--compare",
+        metavar="NAMES",
+        help="comma-separated variants in --out to compare with (default: every other variant there "
+        "evaluated by the same protocol)",
+    )
     parser.add_argument("--no-train", action="store_true", help="only evaluate and report the runs already there")
     return parser
 
@@ -91,10 +128,25 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
         raise UserError(f"--epsilon {args.epsilon}: must be in [0, 1], e.g. 0.05")
     if not args.seed_list:
         raise UserError("--seeds: give at least one seed, e.g. --seeds 0,1")
+    if len(set(args.seed_list)) != len(args.seed_list):
+        raise UserError(f"--seeds {args.seeds!r}: a seed is given twice")
     for reserved in ("--seed", "--run-name", "--run-dir", "--total-frames", "--resume"):
         if reserved in train_args:
             raise UserError(f"{reserved} after --: the learning bench sets it itself (use --seeds, --out, --frames)")
+    # Absolute, so the training children (which run in the repository) write where the
+    # user meant, and the same command from another directory finds the same runs.
+    args.out = args.out.expanduser().resolve()
+    args.compare_names = [n.strip() for n in args.compare.split(",") if n.strip()] if args.compare else None
+    args.protocol = bench_protocol(args.episodes, args.epsilon, args.max_steps)
     return args, train_args
+
+
+def results_name(name: str, protocol: Protocol) -> str:
+    """``<name>.json`` for the default protocol, ``<name>-eps<E>x<N>[-steps<S>].json`` for another."""
+    if protocol == bench_protocol():
+        return f"{name}.json"
+    steps = f"-steps{protocol.max_steps}" if protocol.max_steps != DEFAULT_MAX_STEPS else ""
+    return f"{name}-eps{protocol.epsilon:g}x{protocol.episodes}{steps}.json"
 
 
 def run_frames(run: Path) -> int:
@@ -148,16 +200,19 @@ def wall_and_ratio(run: Path) -> dict[str, float]:
     }
 
 
-def seed_result(run: Path, curve: list[MarkResult]) -> dict[str, Any]:
+def seed_result(run: Path, seed: int, curve: list[MarkResult]) -> dict[str, Any]:
+    """One run's figures (:data:`~pipeline.bench.learning_figures.FIGURES`) and its curve."""
+    machine = wall_and_ratio(run)
+    figures = run_figures(curve, machine)
     return {
         "run": str(run),
+        "seed": seed,
         "frames": curve[-1].frames if curve else 0,
         "x_pos_at": {str(f): x_pos_at(curve, f) for f in REPORT_FRAMES},
-        "frames_to_x_pos_goal": first_frames(curve, x_pos=X_POS_GOAL),
-        "frames_to_flag": first_frames(curve, flag=True),
-        "auc_mean_x_pos": area_under_curve(curve),
+        **{key: figures[key] for key in ("frames_to_x_pos_goal", "frames_to_flag", "auc_mean_x_pos")},
         "best_x_pos": max((r.max_x_pos for r in curve), default=0),
-        **wall_and_ratio(run),
+        **machine,
+        "figures": figures,
         "curve": [asdict(r) for r in curve],
     }
 
@@ -190,26 +245,56 @@ def cpu_model() -> str:
     return platform.processor() or "unknown"
 
 
-def _fmt(value: float | None, unit: str = "") -> str:
-    if value is None:
-        return "-"
-    return f"{value / 1e6:.2f}M" if unit == "frames" else f"{value:,.0f}"
+def other_variants(out: Path, result: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """The other variants' results in ``out`` evaluated by the same protocol, by name.
+
+    Results of another protocol (or of the one-greedy-episode bench before it, which
+    wrote no protocol) measure something else: they are neither compared nor drawn.
+    """
+    found = {}
+    for path in sorted(out.glob("*.json")):
+        try:
+            other = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if (
+            isinstance(other, dict)
+            and other.get("protocol") == result["protocol"]
+            and other.get("name") != result["name"]
+            and "seeds" in other
+        ):
+            found[other["name"]] = other
+    return found
 
 
-def print_report(name: str, seeds: list[dict[str, Any]]) -> None:
-    header = ["seed run", *(f"x@{f / 1e6:g}M" for f in REPORT_FRAMES), "to x 1800", "to flag", "AUC", "wall", "ratio"]
-    print(f"learning bench {name}: " + " | ".join(header))
-    for s in seeds:
-        cells = [Path(s["run"]).name, *(_fmt(s["x_pos_at"][str(f)]) for f in REPORT_FRAMES)]
-        cells += [_fmt(s["frames_to_x_pos_goal"], "frames"), _fmt(s["frames_to_flag"], "frames")]
-        cells += [_fmt(s["auc_mean_x_pos"]), f"{s['wall_s'] / 60:.0f} min", f"{s['replay_ratio_held']:.2f}"]
-        print("  " + " | ".join(cells))
+def comparisons(result: dict[str, Any], others: dict[str, dict[str, Any]], names: list[str] | None) -> list[dict]:
+    """``result`` against the variants named (default: all of ``others``)."""
+    chosen = list(others) if names is None else names
+    missing = [name for name in chosen if name not in others]
+    if missing:
+        print(
+            f"learning bench: not compared with {', '.join(missing)}: no result of that name in the same folder "
+            f"evaluated by {Protocol(**result['protocol']).describe()}",
+            file=sys.stderr,
+        )
+    return [compare(result, others[name]) for name in chosen if name in others]
+
+
+def print_report(result: dict[str, Any]) -> None:
+    protocol = Protocol(**result["protocol"])
+    print(
+        f"learning bench {result['name']}: each mark over {protocol.describe()}, beside the greedy episode "
+        f"(what play shows); runs in {Path(result['seeds'][0]['run']).parent}"
+    )
+    print("\n".join(table_lines(result)))
+    for comparison in result["comparisons"]:
+        print("\n".join(comparison_lines(comparison)))
 
 
 def learning_command(argv: list[str]) -> int:
     args, train_args = parse(argv)
+    protocol: Protocol = args.protocol
     args.out.mkdir(parents=True, exist_ok=True)
-    label = args.name + (f" (epsilon {args.epsilon:g})" if args.epsilon else "")
     started = time.monotonic()
     seeds = []
     for seed in args.seed_list:
@@ -218,29 +303,33 @@ def learning_command(argv: list[str]) -> int:
             train(run, seed, args, train_args)
         if not (run / "config.json").exists():
             raise UserError(f"no run in {run}; train it first (drop --no-train)")
-        curve = evaluate_marks(run, episodes=args.episodes, max_steps=args.max_steps, epsilon=args.epsilon)
-        seeds.append(seed_result(run, curve))
-    result = {
-        "name": label,
+        curve = evaluate_marks(run, protocol)
+        seeds.append(seed_result(run, seed, curve))
+    result: dict[str, Any] = {
+        "name": args.name,
+        "protocol": protocol.to_dict(),
         "train_args": train_args,
         "frames": args.frames,
         "mark_frames": args.mark_frames,
-        "episodes_per_mark": args.episodes,
-        "eval_epsilon": args.epsilon,
+        "episodes_per_mark": protocol.episodes,
+        "eval_epsilon": protocol.epsilon,
         "cpu": cpu_model(),
         "bench_s": time.monotonic() - started,
         "seeds": seeds,
         "mean": summarise_seeds(seeds),
+        "over_seeds": over_seeds(seeds),
     }
-    results_path = args.out / f"{args.name}{f'-eps{args.epsilon:g}' if args.epsilon else ''}.json"
+    others = other_variants(args.out, result)
+    result["comparisons"] = comparisons(result, others, args.compare_names)
+    results_path = args.out / results_name(args.name, protocol)
     atomic_write_text(results_path, json.dumps(result, indent=1) + "\n")
-    print_report(label, seeds)
-    variants = {}
-    for path in sorted(args.out.glob("*.json")):
-        other = json.loads(path.read_text())
-        if isinstance(other, dict) and "seeds" in other:
-            variants[other["name"]] = [[MarkResult(**r) for r in s["curve"]] for s in other["seeds"]]
+    print_report(result)
+    variants = {
+        name: [[MarkResult.from_dict(r) for r in s["curve"]] for s in variant["seeds"]]
+        for name, variant in {args.name: result, **others}.items()
+    }
     env_id = json.loads((Path(seeds[0]["run"]) / "config.json").read_text())["config"]["env_id"]
-    plot = plot_curves(variants, args.out / PLOT_NAME, f"{env_id}: greedy evaluation at each mark")
+    title = f"{env_id}: mean x_pos over {protocol.describe()} at each mark"
+    plot = plot_curves(variants, args.out / PLOT_NAME, title)
     print(f"results: {results_path}; curves: {plot}")
     return 0

@@ -1,25 +1,31 @@
 """Learning curves from a run's frame marks: evaluate them, sum them up, draw them.
 
 A run trained with ``mark_interval_frames`` keeps its online network at fixed frame
-counts (``checkpoints/marks/frames-<N>.pt``). Here each mark is played greedily (in
-parallel processes, after training, so evaluation never competes with the run it
-measures), and the curve is summed up the way the field reports sample efficiency:
+counts (``checkpoints/marks/frames-<N>.pt``). Here each mark is evaluated by the protocol
+of :mod:`~pipeline.run.eval_protocol` (by default 20 episodes at epsilon 0.05, each from a
+seed of its own, the same seeds for every mark, run and variant), with the single greedy
+episode that ``python main.py play`` shows beside it. Marks are evaluated in parallel
+processes, after training, so evaluation never competes with the run it measures, and
+the curve is summed up the way the field reports sample efficiency:
 
-- evaluation x_pos and flag rate at every mark;
+- mean and median x_pos, and the flag rate, at every mark;
 - frames to the first mark whose mean x_pos reaches a threshold (1,800 for 1-1, past the
-  second pit) and to the first mark that reaches the flag;
-- the area under the x_pos curve as a mean x_pos over the frames covered (trapezoids), so
-  a variant that learns earlier scores higher at equal final x_pos.
+  second pit) and to the first mark with a flag rate above 0;
+- the area under the mean x_pos curve as a mean x_pos over the frames covered
+  (trapezoids), so a variant that learns earlier scores higher at equal final x_pos.
 
-Evaluations are cached in ``<run>/learning-eval.json`` (keyed by mark file and episode
-count): a run that goes on later, or a report drawn again, evaluates only new marks.
+Evaluations are cached in ``<run>/learning-eval.json``, keyed by the protocol
+(:meth:`~pipeline.run.eval_protocol.Protocol.key`: episodes, epsilon, seeds, step cap)
+and the mark's file name: a run that goes on later, or a report drawn again, evaluates
+only new marks, and another protocol never reads an entry made by a different one.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass
 from multiprocessing import get_context
@@ -27,14 +33,20 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.common.files import atomic_write_text
+from pipeline.run.eval_protocol import EVAL_SEED_OFFSET, Protocol
 
 EVAL_CACHE = "learning-eval.json"
 X_POS_GOAL = 1800  # past the second pit of 1-1 (the old default's greedy agent died at 1,423)
+BENCH_EPISODES = 20
+BENCH_EPSILON = 0.05
+BENCH_FIRST_SEED = EVAL_SEED_OFFSET  # the same for every run: variants are judged on the same episodes
+GREEDY_SEED = 0  # the seed `play` and `eval` start from by default
+CACHE_VERSION = "protocol-v2"  # entries of the one-greedy-episode cache had keys without it
 
 
 @dataclass
 class MarkResult:
-    """The greedy evaluation of one mark."""
+    """The evaluation of one mark: the protocol's figures, and the greedy episode's."""
 
     frames: int  # the mark (nominal frames)
     run_frames: int  # frames the run had when the mark was taken
@@ -42,6 +54,25 @@ class MarkResult:
     max_x_pos: int
     flag_rate: float
     mean_return: float
+    median_x_pos: float = 0.0
+    greedy_x_pos: int = 0
+    greedy_flag: bool = False
+    greedy_return: float = 0.0
+
+    @classmethod
+    def from_dict(cls, values: Mapping[str, Any]) -> MarkResult:
+        """A result read back from JSON (names that are no longer fields are dropped)."""
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in values.items() if k in names})
+
+
+def bench_protocol(episodes: int = BENCH_EPISODES, epsilon: float = BENCH_EPSILON, max_steps: int = 2000) -> Protocol:
+    """The benchmark's protocol: ``episodes`` at ``epsilon`` from :data:`BENCH_FIRST_SEED` on."""
+    return Protocol(episodes=episodes, epsilon=epsilon, first_seed=BENCH_FIRST_SEED, max_steps=max_steps)
+
+
+def cache_key(protocol: Protocol) -> str:
+    return f"{CACHE_VERSION},{protocol.key()},greedy_seed={GREEDY_SEED}"
 
 
 def mark_files(run: Path) -> list[Path]:
@@ -49,68 +80,69 @@ def mark_files(run: Path) -> list[Path]:
     return sorted((run / "checkpoints" / "marks").glob("frames-*.pt"))
 
 
-def _evaluate_mark(path: str, episodes: int, max_steps: int, epsilon: float) -> dict[str, Any]:
-    """Child process: play ``episodes`` episodes of one mark (one torch thread), greedy or
-    with ``epsilon`` random actions (seeded per episode, so a cached result is reproducible)."""
-    import numpy as np
-
-    from pipeline.learning.policy import build_env, load_policy, run_episode, single_thread_torch, summarise
+def evaluate_mark(path: str, protocol: dict[str, Any]) -> dict[str, Any]:
+    """Child process (or in-process): the protocol's episodes and the greedy episode of one
+    mark, on one torch thread. Same mark and same protocol, same figures."""
+    from pipeline.learning.policy import build_env, load_policy, run_episode, single_thread_torch
+    from pipeline.run.eval_protocol import play_protocol, protocol_figures
 
     policy = load_policy(path)
-    env = build_env(policy.config, policy.env_id, seed=0)
+    chosen = Protocol(**protocol)
+    env = build_env(policy.config, policy.env_id, seed=chosen.first_seed)
     try:
         with single_thread_torch():
-            results = [
-                run_episode(
-                    env,
-                    policy.model,
-                    frame_stack=policy.frame_stack,
-                    num_actions=policy.num_actions,
-                    seed=episode,
-                    max_steps=max_steps,
-                    epsilon=epsilon,
-                    rng=np.random.default_rng(episode),
-                )
-                for episode in range(episodes)
-            ]
+            episodes = play_protocol(
+                env, policy.model, chosen, frame_stack=policy.frame_stack, num_actions=policy.num_actions
+            )
+            greedy = run_episode(
+                env,
+                policy.model,
+                frame_stack=policy.frame_stack,
+                num_actions=policy.num_actions,
+                seed=GREEDY_SEED,
+                max_steps=chosen.max_steps,
+            )
     finally:
         env.close()
-    summary = summarise(results)
+    assert episodes is not None  # nothing can interrupt it without should_stop
+    figures = protocol_figures(episodes)
     return asdict(
         MarkResult(
             frames=int(Path(path).stem.split("-")[1]),
             run_frames=policy.frames,
-            mean_x_pos=summary["mean_x_pos"],
-            max_x_pos=summary["max_x_pos"],
-            flag_rate=summary["flag_rate"],
-            mean_return=summary["mean_return"],
+            mean_x_pos=figures["mean_x_pos"],
+            median_x_pos=figures["median_x_pos"],
+            max_x_pos=figures["max_x_pos"],
+            flag_rate=figures["flag_rate"],
+            mean_return=figures["mean_return"],
+            greedy_x_pos=greedy.x_pos,
+            greedy_flag=greedy.flag_get,
+            greedy_return=greedy.ret,
         )
     )
 
 
-def evaluate_marks(
-    run: Path, *, episodes: int, max_steps: int, epsilon: float = 0.0, workers: int | None = None
-) -> list[MarkResult]:
-    """Every mark of ``run`` evaluated (cached ones read back), in frame order."""
+def evaluate_marks(run: Path, protocol: Protocol, *, workers: int | None = None) -> list[MarkResult]:
+    """Every mark of ``run`` evaluated by ``protocol`` (cached ones read back), in frame order."""
     cache_path = run / EVAL_CACHE
     cache: dict[str, Any] = json.loads(cache_path.read_text()) if cache_path.exists() else {}
-    key = f"episodes={episodes},max_steps={max_steps}" + (f",epsilon={epsilon:g}" if epsilon else "")
+    key = cache_key(protocol)
     done: dict[str, dict[str, Any]] = cache.get(key, {})
     todo = [path for path in mark_files(run) if path.name not in done]
     if todo:
         workers = workers or max(1, min(len(todo), len(os.sched_getaffinity(0))))
         # spawn: the evaluating children must not inherit this process's torch threads.
         with ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn")) as pool:
-            futures = {p.name: pool.submit(_evaluate_mark, str(p), episodes, max_steps, epsilon) for p in todo}
+            futures = {p.name: pool.submit(evaluate_mark, str(p), protocol.to_dict()) for p in todo}
             for name, future in futures.items():
                 done[name] = future.result()
         cache[key] = done
         atomic_write_text(cache_path, json.dumps(cache, indent=1) + "\n")
-    return sorted((MarkResult(**value) for value in done.values()), key=lambda r: r.frames)
+    return sorted((MarkResult.from_dict(value) for value in done.values()), key=lambda r: r.frames)
 
 
 def first_frames(curve: Sequence[MarkResult], *, x_pos: float | None = None, flag: bool = False) -> int | None:
-    """Frames of the first mark whose mean x_pos reaches ``x_pos`` (or that reaches the flag)."""
+    """Frames of the first mark whose mean x_pos reaches ``x_pos`` (or whose flag rate is above 0)."""
     for result in curve:
         if (flag and result.flag_rate > 0) or (x_pos is not None and result.mean_x_pos >= x_pos):
             return result.frames
@@ -127,14 +159,19 @@ def area_under_curve(curve: Sequence[MarkResult]) -> float | None:
     return area / (curve[-1].frames - curve[0].frames)
 
 
+def figure_at(curve: Sequence[MarkResult], frames: int, name: str = "mean_x_pos") -> float | None:
+    """Field ``name`` of the mark at exactly ``frames`` (None when the run has no such mark)."""
+    return next((float(getattr(r, name)) for r in curve if r.frames == frames), None)
+
+
 def x_pos_at(curve: Sequence[MarkResult], frames: int) -> float | None:
     """Mean x_pos of the mark at exactly ``frames`` (None when the run has no such mark)."""
-    return next((r.mean_x_pos for r in curve if r.frames == frames), None)
+    return figure_at(curve, frames)
 
 
 def plot_curves(variants: dict[str, list[list[MarkResult]]], path: Path, title: str) -> Path:
-    """One axis of mean x_pos by frames (one colour per variant, its seeds overlaid) and one
-    of flag rate, written as a PNG. Drawn once, after the runs."""
+    """One axis of the protocol's mean x_pos by frames (one colour per variant, its seeds
+    overlaid) and one of its flag rate, written as a PNG. Drawn once, after the runs."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
@@ -148,9 +185,10 @@ def plot_curves(variants: dict[str, list[list[MarkResult]]], path: Path, title: 
             x_axis.plot(frames, [r.mean_x_pos for r in curve], color=colour, alpha=0.85, label=label, marker=".")
             flag_axis.plot(frames, [r.flag_rate for r in curve], color=colour, alpha=0.85, marker=".")
     x_axis.axhline(X_POS_GOAL, color="grey", linestyle="--", linewidth=1)
-    x_axis.set_ylabel("greedy evaluation x_pos")
+    x_axis.set_ylabel("mean evaluation x_pos")
     x_axis.set_title(title)
-    x_axis.legend(loc="upper left")
+    if variants:
+        x_axis.legend(loc="upper left")
     flag_axis.set_ylabel("flag rate")
     flag_axis.set_xlabel("emulator frames (millions)")
     flag_axis.set_ylim(-0.05, 1.05)

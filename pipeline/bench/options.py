@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import textwrap
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +30,23 @@ PARTS: tuple[str, ...] = (
 )
 # soak only when asked: it runs for minutes; ray only when asked: it needs the [ray] extra.
 DEFAULT_PARTS: tuple[str, ...] = tuple(p for p in PARTS if p not in ("soak", "ray"))
+# The learning benchmark trains for hours with flags of its own (pipeline.bench.learning):
+# it runs alone, as `--only learning`, and is not one of the suite's parts.
+LEARNING = "learning"
+# One line of --help per part, the suite's in the order they run, then the learning benchmark.
+PART_HELP: dict[str, str] = {
+    "raw": "the bare emulator's frames/s against the wrapped env's",
+    "collector": "one real collector, the network on every step, against the wrapped env",
+    "pipeline": "all collectors with the learner draining, against as many wrapped envs",
+    "consolidator": "records/s the consolidator drains from flooding producers into the replay",
+    "learner": "Learner.update per second for each compile/AMP variant",
+    "training": "the whole system training: the replay ratio held, the CPU split",
+    "startup": "compile and warm-up, first transition, first update (seconds)",
+    "evaluator": "training frames/s with the in-training evaluator against without it",
+    "soak": "only when asked: minutes of training, last minute against the first",
+    "ray": "only when asked ([ray] extra): collectors through the Ray backend against local ones",
+    LEARNING: "alone (hours): train seeds for N frames, evaluate every mark (--only learning --help)",
+}
 DEFAULT_ENV = "SuperMarioBros-1-1-v0"
 DEFAULT_SECONDS = 20.0
 QUICK_SECONDS = 5.0
@@ -54,9 +72,15 @@ def build_parser() -> argparse.ArgumentParser:
     """The bench's flags; errors are one-line :class:`UserError` (a :class:`OneLineParser`)."""
     from config import PRESET_NAMES
 
+    width = max(len(name) for name in PART_HELP)
     parser = OneLineParser(
         prog="main.py bench",
-        description="Measure the training system; every headline is a ratio measured side by side in one run.",
+        description=textwrap.fill(
+            "Measure the training system; every headline is a ratio measured side by side in one run.", 78
+        ),
+        epilog="parts (--only NAME[,NAME]; without --only, all but soak, ray and learning):\n"
+        + "\n".join(f"  {name:<{width}}  {text}" for name, text in PART_HELP.items()),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument(
         "--quick",
@@ -64,7 +88,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="short parts and fewer learner variants (the suite in ~2 minutes; a CI smoke run)",
     )
     parser.add_argument("--json", metavar="PATH", help="also write the results as JSON to PATH")
-    parser.add_argument("--only", metavar="NAME", help=f"run only these parts (comma-separated): {', '.join(PARTS)}")
+    parser.add_argument(
+        "--only", metavar="NAME", help=f"run only these parts (comma-separated): {', '.join(PART_HELP)} (alone)"
+    )
     parser.add_argument(
         "--soak",
         metavar="MINUTES",
@@ -111,6 +137,11 @@ def parse_options(argv: Sequence[str]) -> tuple[BenchOptions, Any]:
     args = build_parser().parse_args(list(argv))
     if args.only:
         parts = tuple(dict.fromkeys(p.strip() for p in args.only.split(",") if p.strip()))
+        if LEARNING in parts:  # `--only learning` alone never gets here (pipeline.bench.command)
+            raise UserError(
+                f"bench: --only {args.only!r}: {LEARNING} runs alone, with flags of its own; "
+                f"see python main.py bench --only {LEARNING} --help"
+            )
         unknown = [p for p in parts if p not in PARTS]
         if unknown or not parts:
             raise UserError(

@@ -3,7 +3,9 @@
 - :mod:`~pipeline.run.collector`: the collector process (emulators, acting, ring writes).
 - :mod:`~pipeline.run.supervisor`: starts, watches and restarts collectors.
 - :mod:`~pipeline.run.consolidator`: the asyncio task that drains the rings into replay.
-- :mod:`~pipeline.run.evaluator`: greedy evaluations beside training, best video.
+- :mod:`~pipeline.run.evaluator`: evaluations beside training, best video;
+  :mod:`~pipeline.run.eval_protocol`: the protocol it and the learning benchmark share
+  (episodes at an epsilon, each from a seed of its own; mean and median x_pos, flag rate).
 - :mod:`~pipeline.run.monitor`, :mod:`~pipeline.run.procstats`: the throughput monitor
   and its typed snapshot keys.
 - :mod:`~pipeline.run.collection`: the interface of a backend that runs the collectors

@@ -1,6 +1,7 @@
 """The trainer's side of the evaluator process: start it, take its results, report them.
 
-The evaluator (:mod:`pipeline.run.evaluator`) plays greedy episodes with the published
+The evaluator (:mod:`pipeline.run.evaluator`) plays ``eval_episodes`` episodes at
+``eval_epsilon`` (the protocol of :mod:`~pipeline.run.eval_protocol`) with the published
 weights in a process of its own. Here, in the learner, its results are taken without
 ever blocking the event loop (once per monitor tick), announced, summed, and turned into
 the ``eval_*`` gauges of the monitor snapshot (:data:`~pipeline.run.monitor.EVAL_GAUGES`).
@@ -21,6 +22,18 @@ from pipeline.run.procstats import process_stats
 logger = logging.getLogger("mario.trainer")
 
 
+def announcement(result: dict[str, Any]) -> str:
+    """The monitor's line for one evaluation: mean and median x_pos, flag rate, return."""
+    episodes = int(result.get("episodes", 1))
+    epsilon = float(result.get("epsilon", 0.0))
+    how = f"{episodes} episode(s) " + ("greedy" if epsilon == 0 else f"at epsilon {epsilon:g}")
+    return (
+        f"evaluation of weights v{result['weights_version']} (update {result['learner_step']}, {how}): "
+        f"x_pos mean {result['mean_x_pos']:.0f} median {result['median_x_pos']:.0f}, "
+        f"flag rate {result['flag_rate']:.2f}, return {result['mean_return']:.1f}"
+    )
+
+
 class Evaluations:
     """The evaluator process of a run (if any) and what its evaluations reported so far."""
 
@@ -39,10 +52,12 @@ class Evaluations:
             interval_s=cfg.eval_interval_s,
             episodes=cfg.eval_episodes,
             max_steps=cfg.eval_max_steps,
+            epsilon=cfg.eval_epsilon,
         )
         self.evaluator.start()
+        how = "greedy" if cfg.eval_epsilon == 0 else f"at epsilon {cfg.eval_epsilon:g}"
         monitor.announce(
-            f"evaluator: {cfg.eval_episodes} greedy episode(s) every {cfg.eval_interval_s:g} s, "
+            f"evaluator: {cfg.eval_episodes} episode(s) {how} every {cfg.eval_interval_s:g} s, "
             f"best video in {run_root / 'videos'}"
         )
 
@@ -60,11 +75,7 @@ class Evaluations:
             self.seconds["cpu"] += float(result.get("cpu_s", 0.0))
             if monitor is not None:
                 best = f"; new best -> {result['video']}" if result.get("video") else ""
-                monitor.announce(
-                    f"evaluation of weights v{result['weights_version']} (update {result['learner_step']}): "
-                    f"return {result['mean_return']:.1f}, x_pos {result['mean_x_pos']:.0f}, "
-                    f"flag rate {result['flag_rate']:.2f}{best}"
-                )
+                monitor.announce(announcement(result) + best)
         code = self.evaluator.exitcode
         if code is not None and not self._exit_reported and not stopping:
             self._exit_reported = True

@@ -1,25 +1,29 @@
-"""A background evaluator for training runs: greedy episodes with the latest weights.
+"""A background evaluator for training runs: the latest weights, played by the evaluation protocol.
 
 One long-lived ``spawn`` process (started once, never one per evaluation) reads the
 weights the learner publishes to the shared-memory weights block, exactly as a
 collector does (:class:`pipeline.transport.weights.WeightsBlock` + :class:`StateLoader`), and every
-``interval_s`` seconds plays ``episodes`` greedy episodes (epsilon 0, at most
-``max_steps`` agent steps each) with them; the first evaluation comes one interval
-after the process starts. Weights that were already evaluated are not
-evaluated again. Results go back through a ``multiprocessing`` queue, which the
-learner drains with :meth:`Evaluator.poll` without ever blocking; this channel is off
-the hot path (one small dict per evaluation).
+``interval_s`` seconds plays ``episodes`` episodes at ``epsilon`` (``eval_episodes`` and
+``eval_epsilon``; 0 is greedy; at most ``max_steps`` agent steps each) with them; the
+first evaluation comes one interval after the process starts. Weights that were already
+evaluated are not evaluated again. Results (mean and median x_pos, flag rate, return,
+...) go back through a ``multiprocessing`` queue, which the learner drains with
+:meth:`Evaluator.poll` without ever blocking; this channel is off the hot path (one
+small dict per evaluation).
 
-Episode ``i`` of every evaluation resets with ``config.seed + EVAL_SEED_OFFSET + i``,
-so successive weights versions are compared on the same starts. Returns are in game
-units (rewards unscaled), like ``episode_return`` in ``metrics.csv``.
+The episodes follow :mod:`~pipeline.run.eval_protocol`: episode ``i`` of every
+evaluation uses the seed ``config.seed + EVAL_SEED_OFFSET + i`` for its reset and its
+random actions, so successive weights versions are compared on the same starts and the
+same weights give the same figures. Returns are in game units (rewards unscaled), like
+``episode_return`` in ``metrics.csv``.
 
 The best episode so far (highest return) is kept as ``<run>/videos/best.mp4`` (a GIF
 without imageio-ffmpeg), with ``best.json`` describing it. To keep memory flat, an
 episode's frames are not stored while it plays: only its actions are, and when it is a
-new best it is replayed from its seed (the env is deterministic given seed and actions)
-while being encoded, so video encoding happens only when a new best appears. On a
-resumed run ``best.json`` is read back, so a worse episode never replaces the video.
+new best it is replayed from its seed and actions (the env is deterministic given both,
+random actions included) while being encoded, so video encoding happens only when a new
+best appears. On a resumed run ``best.json`` is read back, so a worse episode never
+replaces the video.
 
 The process is polite: ``os.nice(10)``, one torch thread, one encoder thread, and it
 ignores SIGINT (the learner decides when it stops). It exits when :meth:`Evaluator.stop`
@@ -28,7 +32,7 @@ asks, when the weights block's stop flag is set, or when its parent dies. It log
 
 Usage in the learner::
 
-    evaluator = Evaluator(cfg, run_path, weights_segment.name, interval_s=300, episodes=2)
+    evaluator = Evaluator(cfg, run_path, weights_segment.name, interval_s=300, episodes=20, epsilon=0.05)
     evaluator.start()
     ...
     for result in evaluator.poll():   # every monitor tick; never blocks
@@ -52,10 +56,10 @@ from typing import Any
 
 from config import Config
 from pipeline.common.files import atomic_write
+from pipeline.run.eval_protocol import EVAL_SEED_OFFSET, Protocol, play_protocol, protocol_figures
 
 __all__ = ["EVAL_SEED_OFFSET", "Evaluator", "EvaluatorArgs", "evaluator_main"]
 
-EVAL_SEED_OFFSET = 5_000_000  # evaluation seeds never coincide with collector seeds
 SLEEP_S = 0.1  # how often an idle evaluator checks its stop conditions
 MAX_CONSECUTIVE_FAILURES = 5
 
@@ -71,6 +75,7 @@ class EvaluatorArgs:
     interval_s: float
     episodes: int
     max_steps: int
+    epsilon: float = 0.0
 
 
 class Evaluator:
@@ -82,8 +87,9 @@ class Evaluator:
         weights_name: name of the weights block's shared-memory segment.
         interval_s: seconds between the starts of two evaluations (at least; an
             evaluation waits for weights it has not evaluated yet).
-        episodes: greedy episodes per evaluation.
+        episodes: episodes per evaluation (each from a seed of its own).
         max_steps: agent steps after which an evaluation episode is cut.
+        epsilon: probability of a random action at each step (0 = greedy).
     """
 
     def __init__(
@@ -95,6 +101,7 @@ class Evaluator:
         interval_s: float,
         episodes: int = 1,
         max_steps: int = 2000,
+        epsilon: float = 0.0,
     ) -> None:
         if not interval_s >= 0:
             raise ValueError(f"interval_s must be >= 0, got {interval_s!r}")
@@ -102,12 +109,15 @@ class Evaluator:
             raise ValueError(f"episodes must be >= 1, got {episodes!r}")
         if max_steps < 1:
             raise ValueError(f"max_steps must be >= 1, got {max_steps!r}")
+        if not 0.0 <= epsilon <= 1.0:
+            raise ValueError(f"epsilon must be in [0, 1], got {epsilon!r}")
         self.config = config
         self.run_path = Path(run_path)
         self.weights_name = weights_name
         self.interval_s = float(interval_s)
         self.episodes = int(episodes)
         self.max_steps = int(max_steps)
+        self.epsilon = float(epsilon)
         self.process: mp.process.BaseProcess | None = None
         self._queue: Any = None
         self._stop: Any = None
@@ -129,6 +139,7 @@ class Evaluator:
             interval_s=self.interval_s,
             episodes=self.episodes,
             max_steps=self.max_steps,
+            epsilon=self.epsilon,
         )
         self.process = ctx.Process(
             target=evaluator_main, args=(args, self._queue, self._stop), name="evaluator", daemon=True
@@ -139,11 +150,11 @@ class Evaluator:
         """Evaluations finished since the last call (oldest first); never blocks.
 
         Each is a dict with ``weights_version``, ``learner_step``, ``mean_return``,
-        ``mean_x_pos``, ``max_x_pos``, ``flag_rate``, ``mean_length``, ``episodes``,
-        ``best_return``, ``new_best`` (bool), ``video`` (path of the best video when this
-        evaluation produced it, else None), ``eval_s`` (wall seconds), ``cpu_s`` (CPU
-        seconds of this process; a new best's encoding runs in an ffmpeg child, not
-        counted) and ``time`` (Unix time).
+        ``mean_x_pos``, ``median_x_pos``, ``max_x_pos``, ``flag_rate``, ``mean_length``,
+        ``episodes``, ``epsilon``, ``best_return``, ``new_best`` (bool), ``video`` (path of
+        the best video when this evaluation produced it, else None), ``eval_s`` (wall
+        seconds), ``cpu_s`` (CPU seconds of this process; a new best's encoding runs in an
+        ffmpeg child, not counted) and ``time`` (Unix time).
         """
         results, self._pending = self._pending, []
         if self._queue is None:
@@ -239,9 +250,8 @@ class _Worker:
         import torch
 
         import envs
-        from models import QNetwork
         from pipeline.learning.flat_state import StateLoader
-        from pipeline.learning.policy import build_env
+        from pipeline.learning.policy import build_env, network_of
         from pipeline.transport.segments import attach_segment
         from pipeline.transport.weights import WeightsBlock
 
@@ -256,7 +266,7 @@ class _Worker:
         self.weights = WeightsBlock(self.segment.buf)
         self.num_actions = envs.num_actions(self.cfg.env_id, self.cfg.action_set)
         self.frame_stack = self.cfg.frame_stack
-        self.model = QNetwork(self.num_actions, self.frame_stack, self.cfg.dueling).eval()
+        self.model = network_of(self.cfg, self.num_actions).eval()
         self.model.requires_grad_(False)
         self.loader = StateLoader(self.model)
         if self.loader.num_floats != self.weights.num_floats:
@@ -266,6 +276,9 @@ class _Worker:
             )
         self._build_env = build_env
         self.seed0 = self.cfg.seed + EVAL_SEED_OFFSET
+        self.protocol = Protocol(
+            episodes=args.episodes, epsilon=args.epsilon, first_seed=self.seed0, max_steps=args.max_steps
+        )
         self.env = build_env(self.cfg, seed=self.seed0)
         self.best_return = self._load_best()
 
@@ -285,10 +298,10 @@ class _Worker:
         next_start = time.monotonic() + self.args.interval_s
         failures = 0
         self.logger.info(
-            "evaluator started (pid %d): every %g s, %d episode(s) of at most %d steps",
+            "evaluator started (pid %d): every %g s, %s, at most %d steps each",
             os.getpid(),
             self.args.interval_s,
-            self.args.episodes,
+            self.protocol.describe(),
             self.args.max_steps,
         )
         while not self.should_stop():
@@ -321,28 +334,21 @@ class _Worker:
 
     def evaluate(self) -> int:
         """One evaluation of the current weights; returns their version (0 if interrupted)."""
-        from pipeline.learning.policy import run_episode, summarise
-
         t0, cpu0 = time.monotonic(), time.process_time()
         version = self.weights.read(self.loader.staging)
         self.loader.load()
         learner_step = self.weights.learner_step
-        episodes = []
-        for i in range(self.args.episodes):
-            episodes.append(
-                run_episode(
-                    self.env,
-                    self.model,
-                    frame_stack=self.frame_stack,
-                    num_actions=self.num_actions,
-                    seed=self.seed0 + i,
-                    max_steps=self.args.max_steps,
-                    should_stop=self.should_stop,
-                )
-            )
-            if self.should_stop():
-                return 0
-        summary = summarise(episodes)
+        episodes = play_protocol(
+            self.env,
+            self.model,
+            self.protocol,
+            frame_stack=self.frame_stack,
+            num_actions=self.num_actions,
+            should_stop=self.should_stop,
+        )
+        if episodes is None:
+            return 0
+        figures = protocol_figures(episodes)
         best = max(episodes, key=lambda e: e.ret)
         video = None
         new_best = best.ret > self.best_return
@@ -352,10 +358,8 @@ class _Worker:
         result = {
             "weights_version": version,
             "learner_step": learner_step,
-            **{
-                k: summary[k]
-                for k in ("mean_return", "mean_x_pos", "max_x_pos", "flag_rate", "mean_length", "episodes")
-            },
+            **figures,
+            "epsilon": self.protocol.epsilon,
             "best_return": self.best_return,
             "new_best": new_best,
             "video": video,
@@ -365,11 +369,12 @@ class _Worker:
         }
         self.results.put(result)
         self.logger.info(
-            "weights v%d (update %d): return %.1f, x_pos %.0f, flag rate %.2f%s",
+            "weights v%d (update %d): return %.1f, x_pos mean %.0f median %.0f, flag rate %.2f%s",
             version,
             learner_step,
             result["mean_return"],
             result["mean_x_pos"],
+            result["median_x_pos"],
             result["flag_rate"],
             f"; new best {best.ret:.1f} -> {video}" if new_best else "",
         )
@@ -407,6 +412,7 @@ class _Worker:
             )
         info = {
             **episode.to_dict(),
+            "epsilon": self.protocol.epsilon,
             "weights_version": version,
             "learner_step": learner_step,
             "video": path.name,

@@ -1,6 +1,7 @@
 """The background evaluator against a real weights block: results arrive through poll()
 without blocking, the best episode becomes videos/best.mp4, the process is polite
-(nice 10, SIGINT ignored), and it goes away on stop() and on the block's stop flag."""
+(nice 10, SIGINT ignored), it goes away on stop() and on the block's stop flag, and with
+several episodes at an epsilon it follows the evaluation protocol to the same figures."""
 
 from __future__ import annotations
 
@@ -17,7 +18,9 @@ import torch
 from config import Config
 from models import QNetwork
 from pipeline.learning.flat_state import flatten_state, state_numel
-from pipeline.run.evaluator import Evaluator
+from pipeline.learning.policy import build_env, single_thread_torch
+from pipeline.run.eval_protocol import Protocol, play_protocol, protocol_figures
+from pipeline.run.evaluator import EVAL_SEED_OFFSET, Evaluator
 from pipeline.transport import weights as W
 from pipeline.transport.segments import SHM_DIR, create_segment, release, segment_name
 from tests.pipeline import producers as P
@@ -107,6 +110,37 @@ def test_evaluates_new_weights_keeps_best_video_and_stops(tmp_path, weights_bloc
     assert "evaluator started" in (tmp_path / "logs" / "evaluator.log").read_text()
 
 
+def test_several_episodes_at_an_epsilon_follow_the_protocol(tmp_path, weights_block):
+    cfg, net, segment, _ = weights_block
+    evaluator = Evaluator(cfg, tmp_path, segment.name, interval_s=0.1, episodes=4, max_steps=60, epsilon=0.3)
+    try:
+        evaluator.start()
+        (result,) = wait_for_results(evaluator)
+    finally:
+        evaluator.stop(timeout_s=10)
+    assert result["episodes"] == 4 and result["epsilon"] == 0.3
+
+    # The same weights played here by the protocol, from the evaluator's seeds: the same figures.
+    protocol = Protocol(episodes=4, epsilon=0.3, first_seed=cfg.seed + EVAL_SEED_OFFSET, max_steps=60)
+    env = build_env(cfg, seed=0)
+    try:
+        with single_thread_torch():
+            episodes = play_protocol(env, net.eval(), protocol, frame_stack=cfg.frame_stack, num_actions=3)
+    finally:
+        env.close()
+    assert len({e.seed for e in episodes}) == 4
+    expected = protocol_figures(episodes)
+    assert {key: result[key] for key in expected} == expected
+    assert "median_x_pos" in expected and result["flag_rate"] == expected["flag_rate"]
+
+    # The best of them (random actions and all) is the video, replayed from its seed and actions.
+    best = json.loads((tmp_path / "videos" / "best.json").read_text())
+    assert best["seed"] in protocol.seeds and best["epsilon"] == 0.3
+    assert best["return"] == max(e.ret for e in episodes) == result["best_return"]
+    log = (tmp_path / "logs" / "evaluator.log").read_text()
+    assert "4 episode(s) at epsilon 0.3" in log and "did not replay identically" not in log
+
+
 def test_exits_when_the_weights_block_asks_to_stop(tmp_path, weights_block):
     cfg, _, segment, block = weights_block
     evaluator = Evaluator(cfg, tmp_path, segment.name, interval_s=0.1, episodes=1, max_steps=30)
@@ -123,6 +157,8 @@ def test_exits_when_the_weights_block_asks_to_stop(tmp_path, weights_block):
 def test_rejects_bad_arguments(tmp_path):
     with pytest.raises(ValueError, match="episodes"):
         Evaluator(Config(), tmp_path, "x", interval_s=1, episodes=0)
+    with pytest.raises(ValueError, match="epsilon"):
+        Evaluator(Config(), tmp_path, "x", interval_s=1, epsilon=1.5)
     with pytest.raises(ValueError, match="interval_s"):
         Evaluator(Config(), tmp_path, "x", interval_s=-1)
     Evaluator(Config(), tmp_path, "x", interval_s=1).stop()  # stop before start is a no-op
