@@ -4,7 +4,7 @@
                    [--total-frames N] [--run-dir DIR] [--resume PATH] [--seed N]
                    [--no-compile] [--device cpu|cuda|auto] [--print-config]
 
-    python main.py tune [--preset NAME] [--env ID]      measure this machine for the auto preset
+    python main.py tune [--env ID] [--force]             measure this machine for the auto preset
     python main.py bench [--quick] [--only NAME] [--json PATH] [--soak MINUTES]
     python main.py play --checkpoint PATH [--env ID] [--episodes N] [--out FILE.mp4|.gif]
     python main.py eval --checkpoint PATH [--env ID] [--episodes N] [--json PATH]
@@ -37,10 +37,47 @@ def _positive_int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
 
 
+# The commands besides training, one line each for `python main.py --help` (as git lists its own).
+COMMAND_HELP = {
+    "tune": "measure this machine for the auto preset and cache the figures",
+    "bench": "run the benchmark suite (--quick, --only NAME) or the learning one",
+    "play": "record a checkpoint playing, as MP4 or GIF",
+    "eval": "play a checkpoint and print x_pos, flag rate and return",
+    "plot": "draw a run's metrics.csv as PNG figures",
+}
+TRAIN_USAGE = "%(prog)s [training flags]\n       %(prog)s COMMAND [flags]"
+TRAIN_EPILOG = (
+    "commands (python main.py COMMAND --help shows each one's flags):\n"
+    + "".join(f"  {name:<7} {line}\n" for name, line in COMMAND_HELP.items())
+    + "\nSettings resolve as: command line > knobs in config.py > preset > defaults\n"
+    "(--print-config shows each value and where it came from)."
+)
+TUNE_DESCRIPTION = (
+    "Measure this machine for the auto preset (emulator and learner speed), cache the figures and print the "
+    "settings chosen. The flags describe the run to tune for, as for training."
+)
+
+
 def build_parser(prog: str = "main.py") -> argparse.ArgumentParser:
+    """Training's flags; with ``prog="main.py tune"``, tune's (the same, plus --force)."""
     from config import PRESET_NAMES
 
-    parser = OneLineParser(prog=prog, description="Train a DQN agent on Super Mario Bros.")
+    if prog == "main.py":
+        parser = OneLineParser(
+            prog=prog,
+            usage=TRAIN_USAGE,
+            description="Train a DQN agent on Super Mario Bros (the training flags are below),\n"
+            "or run one of the commands listed at the end.",
+            epilog=TRAIN_EPILOG,
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
+    else:
+        parser = OneLineParser(prog=prog, description=TUNE_DESCRIPTION)
+        parser.add_argument(
+            "--force",
+            action="store_true",
+            help="cache the figures even if other processes loaded the machine while measuring",
+        )
     parser.add_argument("--preset", choices=PRESET_NAMES, help="hardware preset (default: PRESET in config.py)")
     parser.add_argument("--num-processes", type=_positive_int, help="collector processes")
     parser.add_argument("--batch-size", type=_positive_int, help="learner batch size")
@@ -177,6 +214,10 @@ def run_train(argv: list[str]) -> int:
         require_ray()
         collection = RayBackend(resolved.config)
     try:
+        if collection is not None:
+            # Before the Trainer makes the run directory: a wrong address is one line
+            # within seconds, and leaves nothing behind.
+            collection.connect()
         return Trainer(resolved.config, sources=resolved.sources, collection=collection).run()
     except (CheckpointError, TrainingError) as exc:
         raise UserError(str(exc)) from None
@@ -191,7 +232,7 @@ def run_tune(argv: list[str]) -> int:
     from pipeline.commands.tune import tune_command
 
     args = build_parser(prog="main.py tune").parse_args(argv)
-    return tune_command(cli_overrides(args), args.preset)
+    return tune_command(cli_overrides(args), args.preset, force=args.force)
 
 
 def run_bench(argv: list[str]) -> int:

@@ -45,3 +45,19 @@ def test_print_config_shows_values_and_sources_and_nothing_else():
     assert result.stderr == ""  # no banners, no warnings
     assert "batch_size" in result.stdout and "8" in result.stdout and "command line" in result.stdout
     assert "preset: tiny" in result.stdout
+
+
+def test_help_lists_every_command_in_one_line_each_and_training_runs_without_one():
+    import main
+
+    result = run_main("--help")
+    assert result.returncode == 0 and result.stderr == ""
+    text = result.stdout
+    assert text.startswith("usage: main.py [training flags]\n       main.py COMMAND [flags]")
+    commands = text[text.index("commands (") :].splitlines()
+    assert set(main.COMMAND_HELP) == set(main.COMMANDS) - {"train"}  # every command has its line
+    for name, line in main.COMMAND_HELP.items():
+        assert f"  {name:<7} {line}" in commands
+    assert "--total-frames" in text and "--backend" in text  # the training flags stay
+    tune = run_main("tune", "--help")
+    assert tune.returncode == 0 and "--force" in tune.stdout and "commands (" not in tune.stdout

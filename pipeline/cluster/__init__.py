@@ -4,7 +4,8 @@
   cluster, finding the nodes that offer collector capacity, the agents' actor options.
 - :mod:`~pipeline.cluster.node_agent`: the node agent, a Ray actor that owns its node's
   ring and weights blocks, runs the node's collectors as the local backend does, and
-  drains its rings only when the learner asks (a pull).
+  drains its rings only when the learner asks (a pull); :mod:`~pipeline.cluster.reaper`, the
+  process outside Ray's tree that unlinks an agent's segments when Ray kills the agent.
 - :mod:`~pipeline.cluster.batches`: what a pull carries (one contiguous uint8 array, the
   per-ring sequence ranges, the slot headers) and the learner's exactly-once ledger.
 - :mod:`~pipeline.cluster.node_link`: the learner's side of one node: pulls in flight

@@ -17,10 +17,12 @@ Segment names carry the run's tag, the node id and the incarnation (a random id 
 each time the constructor runs, so an actor restarted by Ray makes new segments), and the
 agent's pid as the owner: nodes of a test cluster share one /dev/shm, and a later start
 on a machine removes segments whose owner is gone. The agent unlinks its segments on
-:meth:`NodeAgent.shutdown` and at interpreter exit. An agent killed with its node's Ray
-processes takes its collectors and their resource tracker with it (Ray kills a worker's
-children as it goes); its segments are then removed by the next agent started on that
-machine, or by the learner when it shares the machine, since their owner pid is gone.
+:meth:`NodeAgent.shutdown` and at interpreter exit. An agent that Ray kills (its driver
+died, even by SIGKILL, or its node's Ray processes were killed) takes its collectors and
+their resource tracker with it, and none of its code runs: its reaper
+(:mod:`~pipeline.cluster.reaper`), a small process outside Ray's process tree started with
+the segments, unlinks them a second or two later. The next agent started on that
+machine, and the learner when it shares the machine, remove any left (owner pid gone).
 
 The class is plain Python; :mod:`~pipeline.cluster.node_link` makes it a Ray actor.
 """
@@ -28,6 +30,7 @@ The class is plain Python; :mod:`~pipeline.cluster.node_link` makes it a Ray act
 from __future__ import annotations
 
 import atexit
+import logging
 import os
 import tempfile
 import threading
@@ -38,6 +41,7 @@ from typing import Any
 
 import numpy as np
 
+from pipeline.cluster import reaper
 from pipeline.cluster.batches import PullResult, take_records
 from pipeline.run.collector import CollectorArgs, collector_main
 from pipeline.run.procstats import process_stats
@@ -46,6 +50,8 @@ from pipeline.transport import ring as R
 from pipeline.transport import segments
 from pipeline.transport.episodes import EpisodeSummary, receive
 from pipeline.transport.weights import WeightsBlock, block_bytes
+
+logger = logging.getLogger("mario.cluster")
 
 # A pull returns once it has PULL_BATCH records, or PULL_GATHER_S after it saw the first,
 # or empty after PULL_WAIT_S: at a few hundred records/s a call then carries tens of
@@ -91,6 +97,10 @@ class NodeAgent:
             segments.release(self.ring_segment, unlink=True)
             raise
         atexit.register(self._release)
+        # Ray kills an agent whose driver died before any of its code can run: a process
+        # outside Ray's tree unlinks these two blocks then (see pipeline.cluster.reaper).
+        if not reaper.launch(os.getpid(), [self.ring_segment.name, self.weights_segment.name]):
+            logger.warning("could not start the segments' reaper; if Ray kills this agent, the next run removes them")
         self.ring = R.TransitionRing.initialise(self.ring_segment.buf, layout)
         self.weights = WeightsBlock.initialise(self.weights_segment.buf, num_floats)
         self.log_dir = _log_dir(Path(log_dir), position, self.incarnation)

@@ -37,6 +37,7 @@ from pipeline.cluster import ray_setup
 from pipeline.cluster.batches import MirrorRing, PullResult
 from pipeline.cluster.node_link import CREDITS, MIN_PULL, PULL_RECORDS, NodeLink, Pull
 from pipeline.cluster.supervision import CALL_TIMEOUT_S, ClusterSupervisor, NodeSupervision, remove_dead_segments
+from pipeline.common.errors import UserError
 from pipeline.run.monitor import NodeGauge, node_gauge_key
 from pipeline.run.startup import TrainingError
 from pipeline.transport.episodes import EpisodeSummary
@@ -54,7 +55,8 @@ class RayBackend(NodeSupervision):
         self.cfg = cfg
         self.target = target  # the collectors' entry point (tests run synthetic producers)
         self.links: list[NodeLink] = []
-        self.connected_here = False
+        self.connected = False  # to a cluster, by this backend or before it (a test's)
+        self.connected_here = False  # this backend joined or started it, and leaves it at close()
         self.records = np.zeros(0, np.int64)  # inserted per replay stream
         self.episodes: deque[EpisodeSummary] = deque(maxlen=episode_window)
         self.episodes_total = self.bad_episode_records = 0
@@ -75,12 +77,27 @@ class RayBackend(NodeSupervision):
         self.run_tag, self.num_floats, self.log_dir = "", 0, Path(".")
 
     # -- CollectionBackend -------------------------------------------------------------------
+    def connect(self) -> None:
+        """Join the cluster, or start a one-node Ray (once; :meth:`prepare` does it if not done).
+
+        main.py calls it before the run directory exists, so a wrong ``--ray-address``
+        fails in one line within seconds and leaves nothing behind.
+        """
+        if self.connected:
+            return
+        try:
+            self.connected_here = ray_setup.connect(self.cfg.ray_address)
+        except UserError:  # the address: already one line with the fix
+            raise
+        except Exception as exc:  # noqa: BLE001 - Ray raises several kinds; the user needs one line
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            where = f"join the Ray cluster at {self.cfg.ray_address}" if self.cfg.ray_address else "start Ray here"
+            raise TrainingError(f"--backend ray: cannot {where}: {first}") from None
+        self.connected = True
+
     def prepare(self, cfg: Any) -> int:
         address = cfg.ray_address or "(a one-node Ray started here)"
-        try:
-            self.connected_here = ray_setup.connect(cfg.ray_address)
-        except Exception as exc:  # noqa: BLE001 - Ray raises several kinds; the user needs one line
-            raise TrainingError(f"--backend ray: cannot join the Ray cluster at {address}: {exc}") from None
+        self.connect()
         self._nodes = ray_setup.wait_for_nodes(cfg.ray_nodes, NODE_WAIT_S)
         if not self._nodes:
             raise TrainingError(
@@ -181,6 +198,7 @@ class RayBackend(NodeSupervision):
         if self.connected_here:
             ray.shutdown()
             self.connected_here = False
+        self.connected = False
         remove_dead_segments()
 
     # -- the consolidator's part --------------------------------------------------------------

@@ -299,8 +299,9 @@ def remove_dead_segments() -> None:
 
     An agent killed with its node's Ray processes takes its collectors and the resource
     tracker they share down with it (Ray kills a worker's children as it exits), so
-    nothing on that node unlinks its blocks: the next agent started on the machine does
-    (owner pid gone), and so does this, for the nodes that share the learner's machine.
+    nothing of it unlinks its blocks. Its reaper (:mod:`~pipeline.cluster.reaper`) does,
+    a second or two later; should that have failed, the next agent started on the machine
+    does (owner pid gone), and so does this, for the nodes that share the learner's machine.
     """
     removed = segments.remove_stale_segments()
     if removed:

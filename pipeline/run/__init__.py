@@ -18,7 +18,8 @@
   evaluator and the checkpoints.
 - :mod:`~pipeline.run.preflight`: the machine's limits checked before a run starts, and
   the run directory's lock.
-- :mod:`~pipeline.run.tuning`: the ``auto`` preset's measurements (``python main.py tune``).
+- :mod:`~pipeline.run.tuning`: the ``auto`` preset's measurements (``python main.py tune``);
+  :mod:`~pipeline.run.machine_load`: what other processes used of the cores meanwhile.
 
 Uses :mod:`pipeline.transport` and :mod:`pipeline.learning`.
 """

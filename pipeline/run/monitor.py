@@ -28,9 +28,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import Final, Literal, get_args
+from typing import TYPE_CHECKING, Final, Literal, TextIO, get_args
 
 from pipeline.transport.ring import COLLECTOR_PHASES, CollectorPhase
+
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.live import Live
 
 logger = logging.getLogger("mario.monitor")
 
@@ -184,14 +188,40 @@ def phase_shares(history: RateHistory, phase_keys: list[str], window_s: float) -
 
 
 class Monitor:
+    """Shows, logs and writes the run's figures (see the module docstring).
+
+    The live table (rich's ``Live``) redraws itself in place by moving the cursor up over
+    its last render. Anything else written to the terminal meanwhile shifts the screen
+    under it, and the redraw then starts too low, leaving the top of the old render (the
+    "starting" header) above the new one. Log records are the usual culprit: the handlers
+    that ``logging.basicConfig`` made before the table started hold the real stderr, not
+    the stand-in that ``Live`` installs. So while the table is up, every logging handler
+    that writes to the terminal writes through the table's console instead, which prints
+    the line above the table and redraws the table below it.
+    """
+
     def __init__(
-        self, run_path: Path, *, mode: str, interval_s: float, resume: bool = False, tensorboard: bool = True
+        self,
+        run_path: Path,
+        *,
+        mode: str,
+        interval_s: float,
+        resume: bool = False,
+        tensorboard: bool = True,
+        console: Console | None = None,
     ) -> None:
+        """``console`` is where the live table goes (default: the terminal on stdout)."""
         self.run_path = Path(run_path)
         self.interval_s = interval_s
         self.history = RateHistory(interval_s)
         self.mode = self._resolve_mode(mode)
-        self.live = None
+        self.console = console
+        self.live: Live | None = None
+        self._rerouted: list[tuple[logging.StreamHandler, TextIO]] = []  # handler, its own stream
+        # What the table shows between updates (an announcement redraws it as it was).
+        self._status = "starting"
+        self._collectors: list[dict[str, float]] = []
+        self._startup: dict[str, float] = {}
         self.csv_path = self.run_path / "metrics.csv"
         self._csv_file = None
         self._csv_writer: csv.DictWriter | None = None
@@ -216,8 +246,37 @@ class Monitor:
         if self.mode == "table":
             from rich.live import Live
 
-            self.live = Live(self._render_table({}, []), refresh_per_second=2, transient=False)
+            terminal = {id(stream) for stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__)}
+            self.live = Live(self._render(), console=self.console, refresh_per_second=2, transient=False)
             self.live.start()
+            if self.live.console.is_terminal:  # else Live draws once, at the end, and moves no cursor
+                self._reroute_logging(terminal | {id(self.live.console.file)})
+
+    def _reroute_logging(self, terminal: set[int]) -> None:
+        """Point every logging handler that writes to the terminal at the live table's console."""
+        from rich.file_proxy import FileProxy
+
+        loggers = [logging.getLogger(), *logging.Logger.manager.loggerDict.values()]
+        for each in loggers:
+            for handler in getattr(each, "handlers", []):
+                if (
+                    isinstance(handler, logging.StreamHandler)
+                    and not isinstance(handler, logging.FileHandler)
+                    and id(handler.stream) in terminal
+                    and all(handler is not seen for seen, _ in self._rerouted)
+                ):
+                    assert self.live is not None
+                    own = handler.setStream(FileProxy(self.live.console, handler.stream))
+                    self._rerouted.append((handler, own))
+
+    def _restore_logging(self) -> None:
+        for handler, stream in self._rerouted:
+            handler.setStream(stream)
+        self._rerouted.clear()
+
+    def _render(self, row: dict[str, float] | None = None):
+        """The table as of the last update (``row``: a newer one)."""
+        return self._render_table(self.last_row if row is None else row, self._collectors, self._status, self._startup)
 
     def announce(self, message: str) -> None:
         """A startup or lifecycle event: a log line, or a line under the live table."""
@@ -225,14 +284,17 @@ class Monitor:
             return
         self.messages.append(message)
         if self.live is not None:
-            self.live.update(self._render_table(self.last_row, [], "starting"))
+            self.live.update(self._render())
         else:
             logger.info(message)
 
     def close(self) -> None:
         if self.live is not None:
-            self.live.stop()
-            self.live = None
+            try:
+                self.live.stop()
+            finally:
+                self._restore_logging()  # after the last redraw: a record logged meanwhile still goes above it
+                self.live = None
         if self._csv_file is not None:
             self._csv_file.close()
             self._csv_file = None
@@ -247,16 +309,17 @@ class Monitor:
         row = self.derive(snap)
         per_collector = self.collector_rows(snap)
         if self.mode == "table" and self.live is not None:
-            self.live.update(self._render_table(row, per_collector, status, snap.startup))
+            self._status, self._collectors, self._startup = status, per_collector, dict(snap.startup)
+            self.live.update(self._render(row))
         elif self.mode == "log":
             logger.info(self.log_line(row, status))
+        self.last_row = row  # an announcement below redraws the table with this row
         for key, seconds in snap.startup.items():
             if key not in self.startup_reported:
                 self.startup_reported.add(key)
                 self.announce(f"startup: {key} after {seconds:.1f} s")
         self._write_csv(row)
         self._write_tensorboard(row, int(snap.counters.get("frames", 0)))
-        self.last_row = row
         return row
 
     def derive(self, snap: Snapshot) -> dict[str, float]:

@@ -8,7 +8,8 @@ which learner precision is fastest, so a table of presets cannot be right everyw
   grayscale, resize) with random actions in a child process, as a collector does;
 * the learner's updates/s: compile/precision by :mod:`pipeline.learning.learner_choice`
   at the preset's batch size, then the chosen variant at each candidate batch size;
-* the RAM and /dev/shm available (:mod:`pipeline.run.preflight`).
+* the RAM and /dev/shm available (:mod:`pipeline.run.preflight`);
+* what other processes used of the cores meanwhile (:mod:`pipeline.run.machine_load`).
 
 Then it balances collection against learning at the configured replay ratio ``R``: an
 agent step costs a collector ``skip / f`` CPU-seconds, and needs ``R / B`` learner
@@ -18,7 +19,9 @@ core-second is chosen, and the cores are split between collectors and learner in
 same proportion as their work. The preset's batch size is kept unless another costs
 at least 10 % less per sample (the batch size changes learning, not only speed). The
 result (measurements and choices) is cached per machine and torch version;
-``python main.py tune`` measures again and prints it.
+``python main.py tune`` measures again and prints it. Figures measured while other
+processes kept a quarter of the cores or more busy are likely low: they are used for the
+run at hand but not cached (``python main.py tune --force`` caches them, marked busy).
 """
 
 from __future__ import annotations
@@ -43,6 +46,7 @@ from pipeline.learning.learner_choice import (
     machine_signature,
 )
 from pipeline.learning.learner_speed import learner_spec, time_batch_sizes
+from pipeline.run.machine_load import LoadMeter
 from pipeline.run.preflight import MachineLimits
 
 BATCH_SIZES = (32, 64, 128)
@@ -63,6 +67,16 @@ class Tuning:
     shm_free_gb: float
     settings: dict[str, Any]  # Config field -> value
     explanation: str
+    # Mean cores other processes kept busy while measuring (None: not known), and whether
+    # that made the figures suspect (caches written before these fields read as quiet).
+    other_cores: float | None = None
+    busy: bool = False
+
+    def load_line(self) -> str:
+        """What the rest of the machine did while measuring, in words."""
+        if self.other_cores is None:
+            return "the load of other processes while measuring is not known here"
+        return f"other processes used {self.other_cores:.1f} of the {self.cores} core(s) while measuring"
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -147,7 +161,13 @@ def tune(
     learner_seconds: float = 3.0,
     batch_sizes: tuple[int, ...] = BATCH_SIZES,
 ) -> Tuning:
-    """Measure this machine for ``cfg`` (the preset before tuning) and choose its settings."""
+    """Measure this machine for ``cfg`` (the preset before tuning) and choose its settings.
+
+    The measurement is bracketed by a :class:`~pipeline.run.machine_load.LoadMeter`: the
+    result says what other processes used of the cores meanwhile, and whether that was
+    enough to make the figures suspect (``busy``).
+    """
+    meter = LoadMeter()
     limits = MachineLimits.probe()
     log(f"tune: emulator speed ({cfg.env_id}, {env_seconds:.0f} s on one core) ...")
     frames_per_s = measure_emulator(cfg, env_seconds)
@@ -164,9 +184,10 @@ def tune(
     rates = {batch: eager[batch] * speedup for batch in batch_sizes}
     for batch in batch_sizes:
         log(f"tune:   batch {batch}: {rates[batch]:,.1f} updates/s ({variant})")
+    load = meter.stop()
     settings, why = balance(cfg, frames_per_s, rates, limits.cores)
     settings.update(compile="on" if compile_ else "off", amp="on" if amp else "off")
-    return Tuning(
+    tuning = Tuning(
         emulator_frames_per_s=frames_per_s,
         updates_per_s={str(b): r for b, r in rates.items()},
         cores=limits.cores,
@@ -174,7 +195,11 @@ def tune(
         shm_free_gb=limits.shm_free_bytes / 2**30,
         settings=settings,
         explanation=f"{why}; learner {variant}: {choice.reason}",
+        other_cores=None if load is None else round(load.other_cores, 2),
+        busy=load is not None and load.busy,
     )
+    log(f"tune: {tuning.load_line()}")
+    return tuning
 
 
 def tuning_path(cfg: Config, device: str = "cpu") -> Path:
@@ -215,18 +240,29 @@ def learner_device(cfg: Config) -> str:
     return cfg.device
 
 
+def busy_advice(tuning: Tuning) -> str:
+    """Why busy figures were not cached, and how to measure again."""
+    return (
+        f"{tuning.load_line()}, so the figures are likely low and were not cached; measure again on a quiet "
+        "machine with: python main.py tune (or cache these anyway with: python main.py tune --force)"
+    )
+
+
 def resolve_for_machine(
     cli: dict[str, Any],
     preset: str | None,
     log: Callable[[str], None],
     *,
     retune: bool = False,
+    force: bool = False,
 ) -> ResolvedConfig:
     """The run's settings as on the command line, with what ``auto`` leaves open measured.
 
     With the ``auto`` preset, the machine's tuning (cached; measured on first use or with
     ``retune``) replaces the preset's hardware guesses; then ``compile``/``amp`` left at
     ``auto`` are chosen by timing the learner (cached). The sources say which is which.
+    A tuning measured on a busy machine is used but not cached, unless ``force``
+    (``resolved.tuning.busy`` tells the caller; a training start says so through ``log``).
     """
     resolved = resolve_config(cli, preset=preset)
     cfg = resolved.config
@@ -237,7 +273,10 @@ def resolve_for_machine(
         if tuning is None:
             log(f"measuring this machine once for the auto preset (cached in {path}) ...")
             tuning = tune(cfg, device, log)
-            save_tuning(path, tuning)
+            if not tuning.busy or force:
+                save_tuning(path, tuning)
+            elif not retune:  # a training start; the tune command reports it itself
+                log(f"tune: {busy_advice(tuning)}; this run uses them")
         resolved = resolve_config(cli, preset=preset, tuned=tuning.settings, tuned_label=f"tuned: {path}")
         resolved.tuning = tuning
         cfg = resolved.config

@@ -285,6 +285,53 @@ def test_a_removed_node_is_reported_once_with_its_lost_records_and_a_new_node_ta
         backend.close()
 
 
+def test_a_driver_killed_by_sigkill_leaves_no_segment_of_its_agents(cluster, tmp_path):
+    """Ray kills the agents of a driver that died, and with them their collectors and
+    resource tracker, before any of their code runs; each agent's reaper (a process outside
+    Ray's tree) unlinks its segments. Nothing of the run is left in /dev/shm."""
+    import subprocess
+    import sys
+
+    from tests.pipeline.cluster.killed_driver import RUN_TAG
+
+    c, _ = cluster
+    driver = subprocess.Popen(
+        [sys.executable, "-m", "tests.pipeline.cluster.killed_driver", c.address, str(tmp_path)],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+
+    def ours() -> list[str]:
+        return [n for n in project_segments() if n.startswith(f"mario_{RUN_TAG}")]
+
+    try:
+        assert driver.stdout is not None
+        agents = []
+        for line in driver.stdout:  # ends if the driver dies first
+            if line.startswith("agent "):
+                agents.append(int(line.split()[1]))
+            if line.strip() == "ready":
+                break
+        assert len(agents) == 2, f"the driver ended early ({driver.poll()})"
+        assert len(ours()) == 4  # a ring and a weights block per agent
+    finally:
+        driver.kill()
+        driver.wait()
+    wait_until(lambda: not ours(), 120, "the killed driver's agents' segments to be unlinked")
+    for pid in agents:  # Ray took the agents down with their driver
+        wait_until(lambda pid=pid: not _running(pid), 120, f"agent {pid} to end")
+
+
+def _running(pid: int) -> bool:
+    import psutil
+
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
 @pytest.mark.slow
 def test_catch_learns_through_the_ray_backend_as_through_the_local_one(cluster, tmp_path):
     """``python main.py --backend ray`` on the cluster: two nodes with one Catch collector

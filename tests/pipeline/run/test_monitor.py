@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import csv
 import io
+import logging
 import math
+import re
 
 from rich.console import Console
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
@@ -89,3 +91,76 @@ def test_the_ray_backends_per_node_figures_show_in_the_log_line_and_the_table(tm
     text = out.getvalue()
     assert "in flight MB" in text and "down" in text and "812" in text
     monitor.close()
+
+
+CSI = re.compile(r"\x1b\[([?0-9;]*)([A-Za-z])")
+
+
+def screen_lines(output: str, rows: int) -> list[str]:
+    """What a terminal of ``rows`` rows holds (scrollback included) after ``output``.
+
+    Enough of a terminal for rich's Live: text, CR, LF, cursor up (``ESC[nA``, never past
+    the top of the screen) and erase line (``ESC[2K``); other sequences (colours, cursor
+    visibility) change nothing on the screen.
+    """
+    lines, row, col = [""], 0, 0
+    i = 0
+    while i < len(output):
+        char = output[i]
+        if char == "\x1b" and (match := CSI.match(output, i)):
+            arg, command = match.groups()
+            if command == "A":
+                row = max(max(0, len(lines) - rows), row - int(arg or 1))
+            elif command == "K" and arg == "2":
+                lines[row] = ""
+            i = match.end()
+            continue
+        if char == "\r":
+            col = 0
+        elif char == "\n":
+            row, col = row + 1, 0
+            if row == len(lines):
+                lines.append("")
+        else:
+            lines[row] = lines[row].ljust(col)[:col] + char + lines[row][col + 1 :]
+            col += 1
+        i += 1
+    return [line.rstrip() for line in lines]
+
+
+def test_log_lines_while_the_live_table_is_up_leave_no_stale_header_above_it(tmp_path, monkeypatch):
+    """A log handler made before the table started (as main.py's logging is) writes to the
+    terminal while the table is up: the line must land above the table, and every redraw
+    must cover the whole previous one, so the "starting" header never stays above the
+    "running" one (as it did under tmux)."""
+    monkeypatch.setenv("TERM", "xterm-256color")
+    terminal = io.StringIO()
+    console = Console(file=terminal, force_terminal=True, width=120, height=80, color_system=None)
+    log = logging.getLogger("mario.test.live")
+    handler = logging.StreamHandler(terminal)
+    log.addHandler(handler)
+    log.propagate = False
+    monitor = Monitor(tmp_path, mode="table", interval_s=1.0, tensorboard=False, console=console)
+    try:
+        monitor.start_display()
+        monitor.announce("startup: warming up the learner")
+        monitor.live.refresh()  # the "starting" table is on the screen
+        log.warning("first log line, during the warm-up")
+        monitor.update(snap(1.0, 100.0), status="running")
+        monitor.live.refresh()
+        log.warning("second log line, while running")
+        monitor.announce("evaluation 1: return 12.0")  # redraws as it was: still "running"
+        monitor.live.refresh()
+        monitor.update(snap(2.0, 300.0), status="running")
+    finally:
+        monitor.close()
+        log.removeHandler(handler)
+        log.propagate = True
+    assert handler.stream is terminal  # given back when the table stopped
+    lines = screen_lines(terminal.getvalue(), rows=80)
+    headers = [i for i, line in enumerate(lines) if "Mario DQN" in line]
+    assert len(headers) == 1 and lines[headers[0]].split() == ["Mario", "DQN", "running"], "\n".join(lines)
+    for text in ("first log line, during the warm-up", "second log line, while running"):
+        (at,) = [i for i, line in enumerate(lines) if text in line]
+        assert at < headers[0]  # printed above the table, once
+    assert any("evaluation 1: return 12.0" in line for line in lines[headers[0] :])

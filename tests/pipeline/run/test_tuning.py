@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+import math
+import os
+import signal
+import subprocess
+import sys
+
 import pytest
 
 from config import Config, resolve_config
 from pipeline.run import tuning as T
+from pipeline.run.machine_load import allowed_cpus
 
 
 @pytest.fixture(autouse=True)
@@ -56,3 +63,69 @@ def test_a_real_tuning_on_catch_is_cached_and_used_by_the_auto_preset(tmp_path):
     assert resolved.sources["batch_size"].endswith(f"tuned: {path}")
     assert resolved.sources["learner_threads"] == "command line"  # flags still win
     assert "tuned: emulator" in resolved.describe()
+
+
+def start_spinners(count: int) -> list[int]:
+    """``count`` processes that each keep a core busy, outside this process tree.
+
+    Started through an intermediate that exits at once: a spinner that stayed this
+    process's child would count as part of the measurement, not as other load.
+    """
+    launcher = (
+        "import subprocess, sys\n"
+        f"for _ in range({count}):\n"
+        "    print(subprocess.Popen([sys.executable, '-c', 'while True: pass'], start_new_session=True,\n"
+        "                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).pid)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", launcher], capture_output=True, text=True, check=True, timeout=60)
+    return [int(pid) for pid in out.stdout.split()]
+
+
+def stop_spinners(pids: list[int]) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+FULL_TUNE = T.tune
+
+
+def short_tune(cfg: Config, device: str, log) -> T.Tuning:
+    """The real measurement with a small budget."""
+    return FULL_TUNE(cfg, device, log, env_seconds=1.0, learner_seconds=0.3, batch_sizes=(32,))
+
+
+def test_tune_beside_a_busy_process_says_so_and_caches_nothing_unless_forced(monkeypatch, capsys):
+    """Other processes spinning on the cores this one may use (at least half of them: one
+    on a 2-core box) make the figures suspect: the tune command prints them, says the
+    machine was busy and how to measure again, caches nothing and exits 1; a training
+    start uses them without caching; --force caches them, marked busy."""
+    from pipeline.commands.tune import EXIT_NOT_CACHED, tune_command
+
+    monkeypatch.setattr(T, "tune", short_tune)
+    cli = {"env_id": "Catch-v0", "compile": "off", "amp": "off", "learner_threads": 1, "reward_scale": 1.0}
+    path = T.tuning_path(resolve_config(cli, preset="auto").config)
+    spinners = start_spinners(max(1, math.ceil(len(allowed_cpus()) / 2)))
+    try:
+        assert tune_command(cli, None) == EXIT_NOT_CACHED
+        out, err = capsys.readouterr()
+        assert "while measuring" in out  # the figures and the load are printed
+        (line,) = err.strip().splitlines()
+        assert line.startswith("main.py tune: the machine was busy: other processes used ")
+        assert "likely low" in line and "python main.py tune" in line and "--force" in line
+        assert not path.exists()
+
+        said: list[str] = []
+        resolved = T.resolve_for_machine(cli, "auto", said.append)  # a training start
+        assert resolved.tuning.busy and resolved.tuning.other_cores >= 0.25 * len(allowed_cpus())
+        assert any("were not cached" in s and "this run uses them" in s for s in said), said
+        assert resolved.sources["batch_size"].endswith(f"tuned: {path}")  # used all the same
+        assert not path.exists()
+
+        assert tune_command(cli, None, force=True) == 0
+        cached = T.load_tuning(path)
+        assert cached is not None and cached.busy
+    finally:
+        stop_spinners(spinners)
