@@ -78,6 +78,7 @@ EvalGauge = Literal[
     "evaluations",
     "eval_return",
     "eval_x_pos",
+    "eval_median_x_pos",
     "eval_max_x_pos",
     "eval_flag_rate",
     "eval_length",
@@ -95,6 +96,7 @@ EVAL_RESULT_FIELDS: Final[Mapping[EvalGauge, str]] = MappingProxyType(
     {
         "eval_return": "mean_return",
         "eval_x_pos": "mean_x_pos",
+        "eval_median_x_pos": "median_x_pos",
         "eval_max_x_pos": "max_x_pos",
         "eval_flag_rate": "flag_rate",
         "eval_length": "mean_length",
@@ -438,8 +440,8 @@ class Monitor:
             ("learner RSS MB", f("learner_rss_mb")),
             ("GPU util %", f("gpu_util_pct", "{:.0f}")),
             ("GPU mem MB", f("gpu_mem_mb")),
-            ("eval return (greedy)", f("eval_return", "{:.1f}")),
-            ("eval x_pos", f("eval_x_pos")),
+            ("eval return", f("eval_return", "{:.1f}")),
+            ("eval x_pos mean / median", f"{f('eval_x_pos')} / {f('eval_median_x_pos')}"),
             ("eval flag rate", f("eval_flag_rate", "{:.2f}")),
         ]
         for (lk, lv), (rk, rv) in zip(left, right):

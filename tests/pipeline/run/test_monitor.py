@@ -18,14 +18,23 @@ from pipeline.run.monitor import Monitor, RateHistory, Snapshot
 NAN = float("nan")
 
 
-def snap(t: float, frames: float, *, evaluations: float = 0, eval_return: float = NAN) -> Snapshot:
+def snap(
+    t: float,
+    frames: float,
+    *,
+    evaluations: float = 0,
+    eval_return: float = NAN,
+    eval_x_pos: float = NAN,
+    eval_median_x_pos: float = NAN,
+) -> Snapshot:
     return Snapshot(
         time=t,
         counters={"frames": frames, "updates": frames / 100},
         gauges={
             "evaluations": evaluations,
             "eval_return": eval_return,
-            "eval_x_pos": NAN,
+            "eval_x_pos": eval_x_pos,
+            "eval_median_x_pos": eval_median_x_pos,
             "eval_flag_rate": NAN,
             "episode_return": 1.0,
         },
@@ -65,11 +74,14 @@ def test_csv_tensorboard_and_log_line_carry_the_evaluator_figures(tmp_path):
 
 def test_live_table_shows_the_evaluator_rows(tmp_path):
     monitor = Monitor(tmp_path, mode="off", interval_s=1.0, tensorboard=False)
-    row = monitor.update(snap(1.0, 100.0, evaluations=3, eval_return=1052.0))
+    row = monitor.update(
+        snap(1.0, 100.0, evaluations=3, eval_return=1052.0, eval_x_pos=1234.5, eval_median_x_pos=898.0)
+    )
     out = io.StringIO()
     Console(file=out, width=160).print(monitor._render_table(row, [], "running"))
     text = out.getvalue()
-    assert "eval return (greedy)" in text and "1052.0" in text and "evaluations" in text
+    assert "eval return" in text and "1052.0" in text and "evaluations" in text
+    assert "1,234 / 898" in text  # mean and median x_pos of the evaluation's episodes
     monitor.close()
 
 
