@@ -6,9 +6,10 @@ is resolved with this precedence (highest first):
     command line  >  knobs in this file  >  preset  >  dataclass defaults
 
 ``resolve_config`` returns the final :class:`Config` together with where each value
-came from (``python main.py --print-config`` shows both). Validation collects every
-problem and raises a single :class:`ConfigError` before any process or shared memory
-is created.
+came from (``python main.py --print-config`` shows both). Validation
+(:mod:`config_validation`, re-exported here as :func:`validate` and
+:class:`ConfigError`) collects every problem and raises a single :class:`ConfigError`
+before any process or shared memory is created.
 """
 
 from __future__ import annotations
@@ -17,6 +18,11 @@ import dataclasses
 import os
 from dataclasses import dataclass, field, fields
 from typing import Any
+
+# Validation lives beside this file; its names stay importable from here (``X as X``).
+from config_validation import SWITCH_VALUES as SWITCH_VALUES
+from config_validation import ConfigError as ConfigError
+from config_validation import validate as validate
 
 # ---------------------------------------------------------------------------------------
 # Knobs: edit these by hand. None keeps the preset's value.
@@ -36,10 +42,6 @@ KNOBS: dict[str, str] = {
     "TOTAL_FRAMES": "total_frames",
     "BACKEND": "backend",
 }
-
-
-class ConfigError(ValueError):
-    """One or more configuration values are invalid; the message lists every problem."""
 
 
 @dataclass
@@ -247,7 +249,6 @@ FIELD_NAMES: frozenset[str] = frozenset(f.name for f in fields(Config))
 # What a run saved before these fields existed did: a checkpoint without them was trained
 # so, whatever today's defaults are (its network has no previous-action input).
 SAVED_BEFORE: dict[str, Any] = {"prev_action_input": False, "exploration": "epsilon", "epsilon_schedule": "linear"}
-SWITCH_VALUES: tuple[str, ...] = ("auto", "on", "off")  # compile and amp
 FIELD_TYPES: dict[str, str] = {f.name: str(f.type) for f in fields(Config)}
 
 # Presets change only what differs from the defaults. Sizes follow the hardware: the
@@ -434,193 +435,3 @@ def resolve_config(
     config = Config(**values)
     validate(config)
     return ResolvedConfig(config=config, sources=sources, preset=preset_label)
-
-
-def _problem(name: str, value: Any, rule: str, fix: str) -> str:
-    return f"{name}={value!r}: {rule}; {fix}"
-
-
-def _summarise(problems: list[str]) -> str:
-    """Every problem on one line, so a user error is always one clear line."""
-    if len(problems) == 1:
-        return f"invalid configuration: {problems[0]}"
-    return f"invalid configuration ({len(problems)} problems): " + " | ".join(problems)
-
-
-def validate(cfg: Config) -> None:
-    """Raise one ConfigError listing every invalid field (name, value, rule, fix)."""
-    problems: list[str] = []
-    types_ok = True
-    for f in fields(Config):
-        value = getattr(cfg, f.name)
-        expected = {"int": int, "float": (int, float), "str": str, "bool": bool}[f.type]
-        # bool is an int subclass: refuse True where a number is meant, and vice versa.
-        bad = not isinstance(value, expected) or (f.type in ("int", "float") and isinstance(value, bool))
-        if f.type == "float" and not bad and value != value:  # NaN
-            bad = True
-        if bad:
-            types_ok = False
-            article = "an" if f.type == "int" else "a"
-            problems.append(_problem(f.name, value, f"must be {article} {f.type}", f"set {article} {f.type} value"))
-    if not types_ok:
-        raise ConfigError(_summarise(problems))
-
-    def positive(name: str, fix: str = "use a value >= 1") -> None:
-        if getattr(cfg, name) < 1:
-            problems.append(_problem(name, getattr(cfg, name), "must be >= 1", fix))
-
-    def non_negative(name: str) -> None:
-        if getattr(cfg, name) < 0:
-            problems.append(_problem(name, getattr(cfg, name), "must be >= 0", "use 0 to disable or a positive value"))
-
-    positive("num_processes", "use --num-processes N with N >= 1")
-    positive("batch_size", "use --batch-size N with N >= 1")
-    for name in (
-        "frame_skip",
-        "envs_per_collector",
-        "ring_capacity",
-        "weights_check_steps",
-        "replay_capacity",
-        "frame_stack",
-        "n_step",
-        "grad_accum",
-        "target_sync_updates",
-        "updates_per_epoch",
-        "model_update_frequency",
-        "keep_checkpoints",
-        "epsilon_decay_frames",
-        "eval_episodes",
-        "eval_max_steps",
-        "priority_beta_frames",
-        "ez_max_steps",
-    ):
-        positive(name)
-    for name in (
-        "no_progress_steps",
-        "max_episode_steps",
-        "learning_starts",
-        "total_frames",
-        "seed",
-        "learner_threads",
-        "mark_interval_frames",
-        "reset_interval_updates",
-        "ray_nodes",
-    ):
-        non_negative(name)
-    if not 0 <= cfg.augment_shift <= 16:
-        problems.append(
-            _problem("augment_shift", cfg.augment_shift, "must be in 0..16 pixels", "use 4 (DrQ's shift), or 0 for off")
-        )
-    for name in (
-        "heartbeat_timeout_s",
-        "checkpoint_interval_s",
-        "monitor_interval_s",
-        "replay_ratio",
-        "learning_rate",
-        "adam_eps",
-        "grad_clip",
-    ):
-        if not getattr(cfg, name) > 0 or getattr(cfg, name) == float("inf"):
-            problems.append(_problem(name, getattr(cfg, name), "must be a finite number > 0", "use a positive value"))
-    if not 0.0 <= cfg.eval_interval_s < float("inf"):
-        problems.append(
-            _problem(
-                "eval_interval_s",
-                cfg.eval_interval_s,
-                "must be a finite number >= 0",
-                "use 0 for no evaluator, or seconds between evaluations",
-            )
-        )
-    if not 0.0 <= cfg.replay_save_interval_s < float("inf"):
-        problems.append(
-            _problem(
-                "replay_save_interval_s",
-                cfg.replay_save_interval_s,
-                "must be a finite number >= 0",
-                "use 0 to save the replay only at the end, or seconds between saves",
-            )
-        )
-    if not 0.0 < cfg.gamma <= 1.0:
-        problems.append(_problem("gamma", cfg.gamma, "must be in (0, 1]", "use e.g. 0.99"))
-    for name, example in (
-        ("epsilon_start", "1.0"),
-        ("epsilon_end", "0.05"),
-        ("priority_alpha", "0.5"),
-        ("priority_beta_start", "0.4"),
-        ("target_tau", "0.005"),
-        ("reset_shrink", "0.8"),
-        ("eval_epsilon", "0.05"),
-    ):
-        if not 0.0 <= getattr(cfg, name) <= 1.0:
-            problems.append(_problem(name, getattr(cfg, name), "must be in [0, 1]", f"use e.g. {example}"))
-    if not 1.0 < cfg.ez_mu <= 10.0:
-        problems.append(_problem("ez_mu", cfg.ez_mu, "must be in (1, 10]", "use 2 (the paper's value)"))
-    if not cfg.reward_scale > 0 or cfg.reward_scale == float("inf"):
-        problems.append(_problem("reward_scale", cfg.reward_scale, "must be a finite number > 0", "use e.g. 0.1"))
-    if cfg.action_set not in ("right_only", "simple", "complex"):
-        problems.append(_problem("action_set", cfg.action_set, "must be right_only, simple or complex", "use simple"))
-    for name, allowed in (
-        ("device", ("cpu", "cuda", "auto")),
-        ("replay_device", ("cpu", "cuda", "auto")),
-        ("monitor", ("auto", "table", "log", "off")),
-        ("compile", SWITCH_VALUES),
-        ("amp", SWITCH_VALUES),
-        ("backend", ("local", "ray")),
-        ("epsilon_schedule", ("linear", "exponential")),
-        ("exploration", ("epsilon", "ez")),
-    ):
-        if getattr(cfg, name) not in allowed:
-            problems.append(
-                _problem(name, getattr(cfg, name), f"must be one of {', '.join(allowed)}", f"use {allowed[0]}")
-            )
-    if cfg.batch_size >= 1 and cfg.replay_capacity >= 1 and cfg.batch_size > cfg.replay_capacity:
-        problems.append(
-            _problem(
-                "batch_size",
-                cfg.batch_size,
-                f"must not exceed replay_capacity ({cfg.replay_capacity})",
-                "lower --batch-size or raise replay_capacity",
-            )
-        )
-    streams = cfg.num_processes * cfg.envs_per_collector
-    if streams >= 1 and cfg.replay_capacity >= 1 and cfg.replay_capacity // streams < 64:
-        problems.append(
-            _problem(
-                "replay_capacity",
-                cfg.replay_capacity,
-                f"must hold at least 64 transitions per environment ({streams} environments)",
-                "raise replay_capacity or lower num_processes / envs_per_collector",
-            )
-        )
-    if cfg.learning_starts > cfg.replay_capacity >= 1:
-        problems.append(
-            _problem(
-                "learning_starts",
-                cfg.learning_starts,
-                f"must not exceed replay_capacity ({cfg.replay_capacity})",
-                "lower learning_starts",
-            )
-        )
-    if cfg.grad_accum >= 1 and cfg.batch_size >= 1 and cfg.batch_size % cfg.grad_accum:
-        problems.append(
-            _problem(
-                "grad_accum",
-                cfg.grad_accum,
-                f"must divide batch_size ({cfg.batch_size})",
-                "pick a divisor of the batch size",
-            )
-        )
-    if cfg.num_processes > 256:
-        problems.append(_problem("num_processes", cfg.num_processes, "must be <= 256", "use fewer collectors"))
-    if cfg.envs_per_collector > 64:
-        problems.append(
-            _problem("envs_per_collector", cfg.envs_per_collector, "must be <= 64", "use more collectors instead")
-        )
-    try:
-        from envs import EnvIdError, validate_env_id
-
-        validate_env_id(cfg.env_id)
-    except EnvIdError as exc:
-        problems.append(f"env_id={cfg.env_id!r}: {exc}")
-    if problems:
-        raise ConfigError(_summarise(problems))

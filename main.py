@@ -194,9 +194,15 @@ def run_train(argv: list[str]) -> int:
 
         require_ray()
     try:
+        overrides = cli_overrides(args)
+        if overrides.get("resume") and not args.print_config:
+            from pipeline.run.startup import check_resume
+
+            # A checkpoint that cannot resume this run fails now, not after the measuring below.
+            check_resume(overrides, args.preset)
         # The auto preset's tuning and compile/amp=auto are measured here (once per
         # machine, cached), so --print-config shows what a run will use, and why.
-        resolved = resolve_for_machine(cli_overrides(args), args.preset, _say)
+        resolved = resolve_for_machine(overrides, args.preset, _say)
     except ConfigError as exc:
         raise UserError(str(exc)) from None
     if args.print_config:

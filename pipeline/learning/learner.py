@@ -38,8 +38,9 @@ of the train-mode forward. Invalid rows must hold finite values (``0 * inf`` is 
 ``torch.compile`` (``settings.compile``) compiles the two pure tensor functions (target
 computation and loss forward; AOTAutograd compiles the backward too); the optimizer
 step stays eager. Compilation happens at the first update, which ``warmup`` runs on
-random data. If it fails the learner restores its state, emits exactly one
-``CompileFallbackWarning`` naming the error, and continues in eager mode.
+random data (both in :mod:`~pipeline.learning.learner_compile`). If it fails the learner
+restores its state, emits exactly one ``CompileFallbackWarning`` naming the error, and
+continues in eager mode; a failure caused by Ctrl-C is raised as ``KeyboardInterrupt``.
 ``settings.compile_backend`` picks the backend; an unknown name is the honest way to
 exercise the fallback in tests.
 
@@ -53,10 +54,7 @@ Metrics are accumulated in device tensors; ``pop_metrics`` does the only host sy
 from __future__ import annotations
 
 import contextlib
-import copy
 import logging
-import time
-import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -67,7 +65,11 @@ from torch import nn
 
 from models import QNetwork
 from pipeline.learning.augment import random_shift
-from pipeline.learning.replay import Batch  # the batch type the replay memory samples
+
+# CompileFallbackWarning is re-exported (``X as X``): it was defined here, and callers and
+# tests import it from here.
+from pipeline.learning.learner_compile import CompileFallbackWarning as CompileFallbackWarning
+from pipeline.learning.learner_compile import first_compiled_update, warm_up
 
 __all__ = [
     "BatchLike",
@@ -88,16 +90,8 @@ _BATCH_FIELDS: tuple[str, ...] = (
     "prev_action",
     "next_prev_action",
 )
-# Enough updates to trigger the first compile (forward and backward graphs) and any
-# recompile the second call might cause, cheap enough to be negligible in eager mode.
-_WARMUP_UPDATES = 3
 # Order of the per-update statistics kept in ``Learner._metric_sums``.
 _LOSS, _TD_ABS, _Q_SUM, _WEIGHT, _GRAD_NORM = range(5)
-_ERROR_TEXT_LIMIT = 500
-
-
-class CompileFallbackWarning(RuntimeWarning):
-    """``torch.compile`` failed; the learner fell back to eager execution."""
 
 
 class BatchLike(Protocol):
@@ -175,15 +169,6 @@ def _pick_amp_dtype(device: torch.device, enabled: bool) -> torch.dtype | None:
     return None  # other backends: no autocast rather than an untested one
 
 
-def _short_error(exc: BaseException) -> str:
-    # Dynamo errors embed long traces; the warning should stay one readable paragraph.
-    text = f"{type(exc).__name__}: {exc}".strip()
-    first_lines = " ".join(text.splitlines()[:3])
-    if len(first_lines) > _ERROR_TEXT_LIMIT:
-        first_lines = first_lines[: _ERROR_TEXT_LIMIT - 3] + "..."
-    return first_lines
-
-
 class Learner:
     """Owns the online/target Q-networks, the optimizer and the update step."""
 
@@ -250,7 +235,7 @@ class Learner:
         """
         tensors = self.augmented(self._batch_to_device(batch))
         if self._compile_pending:
-            return self._first_compiled_update(tensors)
+            return first_compiled_update(self, tensors)
         return self._update_step(*tensors)
 
     def augmented(self, tensors: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]:
@@ -279,21 +264,9 @@ class Learner:
         Online and target weights and BatchNorm buffers, optimizer and scaler state, the
         update counter, pending metrics and the global torch RNG are restored exactly.
         Use the training batch size so the compiled graphs match the real shapes.
-        Returns the seconds spent.
+        Returns the seconds spent (see :func:`~pipeline.learning.learner_compile.warm_up`).
         """
-        start = time.perf_counter()
-        snapshot = self._snapshot()
-        cpu_rng = torch.get_rng_state()
-        batch = self._random_batch(batch_size)
-        for _ in range(_WARMUP_UPDATES):
-            self.update(batch)
-        self._restore(snapshot)
-        torch.set_rng_state(cpu_rng)
-        if self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)  # so the returned time includes the GPU work
-        elapsed = time.perf_counter() - start
-        logger.info("learner warmup: %.1f s, compiled=%s, amp_dtype=%s", elapsed, self.compiled, self.amp_dtype)
-        return elapsed
+        return warm_up(self, batch_size)
 
     def pop_metrics(self) -> dict[str, float]:
         """Means since the last pop: loss, |TD error|, Q of taken actions, grad norm.
@@ -496,41 +469,6 @@ class Learner:
         )
         return loss, stats, td_abs
 
-    # ------------------------------------------------------------------ compile
-
-    def _first_compiled_update(self, tensors: tuple[torch.Tensor, ...]) -> torch.Tensor:
-        self._compile_pending = False
-        snapshot = self._snapshot()
-        try:
-            self._targets_fn = self._compile(self._targets_impl)
-            self._loss_fn = self._compile(self._loss_impl)
-            td_abs = self._update_step(*tensors)
-        except Exception as exc:  # any compiler/backend failure: fall back, do not crash
-            self._restore(snapshot)  # undo whatever the failed attempt changed
-            self._targets_fn = self._targets_impl
-            self._loss_fn = self._loss_impl
-            self.compiled = False
-            warnings.warn(
-                f"torch.compile (backend={self.settings.compile_backend!r}) failed, the "
-                f"learner continues in eager mode (slower): {_short_error(exc)}",
-                CompileFallbackWarning,
-                stacklevel=3,
-            )
-            logger.debug("torch.compile failure", exc_info=True)
-            return self._update_step(*tensors)
-        self.compiled = True
-        return td_abs
-
-    def _compile(self, fn: Callable[..., Any]) -> Callable[..., Any]:
-        # dynamic=False: batch shapes are fixed in training; static-shape kernels are
-        # faster, and a different micro-batch size just gets its own graph.
-        return torch.compile(
-            fn,
-            backend=self.settings.compile_backend,
-            mode=self.settings.compile_mode,
-            dynamic=False,
-        )
-
     # ------------------------------------------------------------------ helpers
 
     def _network(self, *, channels_last: bool = False) -> QNetwork:
@@ -569,45 +507,3 @@ class Learner:
                 tensor = tensor.pin_memory()
             return tensor.to(self.device, non_blocking=True)
         return tensor.to(self.device)
-
-    def _random_batch(self, batch_size: int) -> Batch:
-        # A private generator so warmup does not move the global RNG streams.
-        gen = torch.Generator().manual_seed(0)
-        shape = (batch_size, self.settings.frame_stack, 84, 84)
-        return Batch(
-            obs=torch.randint(0, 256, shape, dtype=torch.uint8, generator=gen),
-            action=torch.randint(0, self.num_actions, (batch_size,), generator=gen),
-            ret=torch.randn(batch_size, generator=gen),
-            next_obs=torch.randint(0, 256, shape, dtype=torch.uint8, generator=gen),
-            discount=torch.full((batch_size,), 0.99),  # any discount does: warmup's updates are undone
-            weight=torch.ones(batch_size),
-            prev_action=torch.randint(0, self.num_actions + 1, (batch_size,), generator=gen),
-            next_prev_action=torch.randint(0, self.num_actions + 1, (batch_size,), generator=gen),
-        )
-
-    def _snapshot(self) -> dict[str, Any]:
-        def clone_tensors(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-            return {k: v.detach().clone() for k, v in state.items()}
-
-        return {
-            "online": clone_tensors(self.online.state_dict()),
-            "target": clone_tensors(self.target.state_dict()),
-            "optimizer": copy.deepcopy(self.optimizer.state_dict()),
-            "scaler": copy.deepcopy(self.scaler.state_dict()) if self.scaler is not None else None,
-            "updates": self.updates,
-            "metric_sums": self._metric_sums.clone(),
-            "metric_updates": self._metric_updates,
-        }
-
-    def _restore(self, snapshot: dict[str, Any]) -> None:
-        # load_state_dict copies in place, so parameter identities (which the optimizer
-        # and the compiled graphs refer to) are preserved.
-        self.online.load_state_dict(snapshot["online"])
-        self.target.load_state_dict(snapshot["target"])
-        self.optimizer.load_state_dict(snapshot["optimizer"])
-        if self.scaler is not None and snapshot["scaler"] is not None:
-            self.scaler.load_state_dict(snapshot["scaler"])
-        self.updates = snapshot["updates"]
-        self._metric_sums.copy_(snapshot["metric_sums"])
-        self._metric_updates = snapshot["metric_updates"]
-        self.optimizer.zero_grad(set_to_none=True)

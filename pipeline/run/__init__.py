@@ -11,11 +11,13 @@
 - :mod:`~pipeline.run.collection`: the interface of a backend that runs the collectors
   elsewhere (the Ray backend, :mod:`pipeline.cluster`), handed to the trainer.
 - :mod:`~pipeline.run.trainer`: the learner process, one event loop running all of them;
+  :mod:`~pipeline.run.lifecycle` sets it up before the loop and shuts it down after,
   :mod:`~pipeline.run.startup` builds what it needs (run directory, learner, replay),
   :mod:`~pipeline.run.pacing` holds the replay ratio and epsilon schedule,
   :mod:`~pipeline.run.snapshots` turns counters into the monitor's snapshot,
   :mod:`~pipeline.run.evaluations` and :mod:`~pipeline.run.run_checkpoints` drive the
-  evaluator and the checkpoints.
+  evaluator and the checkpoints, :mod:`~pipeline.run.write_failures` reports a write that
+  fails while the run goes on.
 - :mod:`~pipeline.run.preflight`: the machine's limits checked before a run starts, and
   the run directory's lock.
 - :mod:`~pipeline.run.tuning`: the ``auto`` preset's measurements (``python main.py tune``);

@@ -6,6 +6,8 @@
 - :func:`save_mark`: the online network alone, at a fixed frame count, in ``marks/``
   (never rotated; what the learning benchmark evaluates after a run).
 - :func:`resume_from`: puts a checkpoint's learner and RNG state back and returns its counters.
+- :func:`write_failure`: what a checkpoint that could not be written says (what, where,
+  the free space there, and the last good checkpoint, which stays the one to resume from).
 
 The files themselves (atomic, safely loaded, rotated) are :mod:`pipeline.learning.checkpoint`'s.
 """
@@ -30,6 +32,7 @@ from pipeline.learning.checkpoint import (
 )
 from pipeline.learning.learner import Learner
 from pipeline.run.monitor import COUNTER_KEYS, CounterKey
+from pipeline.run.write_failures import MB, free_space, short_reason
 from pipeline.transport.episodes import EpisodeSummary
 
 BEST_NAME = "best.pt"
@@ -77,17 +80,54 @@ class RunCheckpoints:
         self.directory = directory
         self.keep = keep
         self.best_return = float("-inf")  # a resumed run carries on with its checkpoint's
+        self.last_good: Path | None = None  # the newest checkpoint on disk (a resumed run's, at first)
+        self.writing: Path | None = None  # the file the latest save wrote last (the one that failed, if any)
+
+    def path_for(self, frames: int) -> Path:
+        return self.directory / checkpoint_name(frames)
 
     def save(self, payload: dict[str, Any], frames: int, score: float | None) -> Path:
-        """Write ``ckpt-<frames>.pt``, and ``best.pt`` too when ``score`` beats the best so far."""
-        path = self.directory / checkpoint_name(frames)
+        """Write ``ckpt-<frames>.pt``, and ``best.pt`` too when ``score`` beats the best so far.
+
+        Raises ``CheckpointError`` when a file cannot be written; the files already on disk
+        are then untouched (writes are atomic) and none is rotated away.
+        """
+        path = self.writing = self.path_for(frames)
         save_checkpoint(path, payload)
+        self.last_good = path
         if score is not None and score > self.best_return:
-            self.best_return = score
             payload["best_return"] = score
-            save_checkpoint(self.directory / BEST_NAME, payload)
+            self.writing = self.directory / BEST_NAME
+            save_checkpoint(self.writing, payload)
+            self.best_return = score  # only once best.pt holds it
         rotate_checkpoints(self.directory, self.keep, self.directory / BEST_NAME)
         return path
+
+    def write_failure(self, what: str, exc: BaseException, payload: Any) -> str:
+        """One line on the file of the latest save that could not be written (see :func:`write_failure`)."""
+        path = self.writing or self.directory
+        return write_failure(what, path, exc, payload_bytes(payload), self.last_good)
+
+
+def payload_bytes(payload: Any) -> int:
+    """The bytes of a payload's tensors: about what its file needs on disk."""
+    if isinstance(payload, torch.Tensor):
+        return payload.numel() * payload.element_size()
+    if isinstance(payload, dict):
+        return sum(payload_bytes(value) for value in payload.values())
+    if isinstance(payload, (list, tuple)):
+        return sum(payload_bytes(value) for value in payload)
+    return 0
+
+
+def write_failure(what: str, path: Path, exc: BaseException, needed: int, last_good: Path | None) -> str:
+    """``what`` (e.g. "periodic checkpoint") could not be written to ``path``: why, what it
+    needs and the free space there, and the checkpoint that is still good."""
+    good = f"the last good checkpoint is {last_good}" if last_good else "no checkpoint of this run is on disk yet"
+    return (
+        f"{what} {path} not written ({short_reason(exc)}; it needs about {needed / MB:,.1f} MB, "
+        f"{free_space(path.parent)}); no partial file is left, {good}"
+    )
 
 
 def mark_name(frames: int) -> str:

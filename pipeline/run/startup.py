@@ -4,7 +4,10 @@
 - :func:`new_run_root`, :func:`resolve_resume`, :func:`latest_checkpoint`: the run
   directory of a fresh run, or the checkpoint and directory that ``--resume`` names.
 - :func:`load_resume_checkpoint`: reads and checks that checkpoint before anything is
-  created, so a bad file leaves nothing behind.
+  created, so a bad file leaves nothing behind; :func:`check_resume` runs the same check
+  for main.py before any measuring, process or shared memory (a checkpoint that cannot
+  load fails in seconds, not after the learner's compile), and :func:`saved_replay_problem`
+  reads only the saved replay's header to tell early whether it will be restored.
 - :func:`resolve_device`: the torch device a ``device`` setting names.
 - :func:`seed_and_threads`, :func:`build_learner`, :func:`build_replay`,
   :func:`warm_up_learner`: the learner process's torch settings, its learner (compiled and
@@ -28,13 +31,15 @@ import numpy as np
 import torch
 
 import envs
-from config import Config
+from config import SAVED_BEFORE, Config, resolve_config
+from pipeline.common.errors import UserError
 from pipeline.learning.checkpoint import CHECKPOINT_PATTERN, CheckpointError, check_compatible, load_checkpoint
 from pipeline.learning.flat_state import state_numel
 from pipeline.learning.learner import Learner, LearnerSettings
 from pipeline.learning.learner_choice import choose_learner
 from pipeline.learning.policy import network_of
 from pipeline.learning.replay import ReplayFileError, ReplayMemory
+from pipeline.learning.replay_store import ReplayReader
 from pipeline.run.monitor import Monitor
 from pipeline.run.preflight import RunLock, check_machine
 
@@ -113,9 +118,64 @@ def load_resume_checkpoint(cfg: Config) -> tuple[Path, Path, dict[str, Any]]:
             f"{', '.join(sorted(missing)) or 'learner.online'}); pass a ckpt-*.pt "
             f"file or a run directory written by main.py"
         )
-    probe = network_of(cfg, envs.num_actions(cfg.env_id, cfg.action_set))
-    check_compatible(probe, state["learner"]["online"], path)
+    num_actions = envs.num_actions(cfg.env_id, cfg.action_set)
+    mismatch = network_mismatch(state, cfg, num_actions)
+    if mismatch:
+        raise CheckpointError(f"cannot resume from {path}: {mismatch}, or start a fresh run")
+    check_compatible(network_of(cfg, num_actions), state["learner"]["online"], path)
     return path, root, state
+
+
+# The settings that shape the network: a checkpoint resumes only into the same shape.
+NETWORK_FIELDS = ("frame_stack", "dueling", "prev_action_input")
+
+
+def network_mismatch(state: dict[str, Any], cfg: Config, num_actions: int) -> str:
+    """How the checkpoint's network differs from the one ``cfg`` builds, named by setting
+    (empty when its saved settings agree; ``check_compatible`` then checks the tensors)."""
+    saved = state.get("config")
+    if not isinstance(saved, dict):
+        return ""
+    saved = {**SAVED_BEFORE, **saved}  # a checkpoint older than a field was trained without it
+    saved_actions = state.get("num_actions")
+    if isinstance(saved_actions, int) and saved_actions != num_actions:
+        saved_set = saved.get("action_set")
+        try:  # the action set is the usual culprit; an env of another kind (Catch) is the other
+            fits = envs.num_actions(cfg.env_id, str(saved_set)) == saved_actions
+        except ValueError:
+            fits = False
+        fix = f"--set action_set={saved_set}" if fits else f"--env {saved.get('env_id')}"
+        return (
+            f"it was trained with {saved_actions} actions ({saved.get('env_id')}, action_set "
+            f"{saved_set!r}), this run has {num_actions} ({cfg.env_id}, action_set "
+            f"{cfg.action_set!r}); resume with {fix}"
+        )
+    for name in NETWORK_FIELDS:
+        if name in saved and saved[name] != getattr(cfg, name):
+            value = str(saved[name]).lower() if isinstance(saved[name], bool) else saved[name]
+            return (
+                f"its network was trained with {name}={saved[name]!r}, this run has "
+                f"{name}={getattr(cfg, name)!r}; resume with --set {name}={value}"
+            )
+    return ""
+
+
+def check_resume(cli: dict[str, Any], preset: str | None) -> None:
+    """Check the checkpoint that ``--resume`` names against the run's settings, first thing.
+
+    For main.py, before the auto preset's measurements and the compile/precision timing
+    (which take minutes and start processes of their own): the checkpoint's shape only
+    depends on settings that no measurement changes. Raises ``ConfigError`` for bad
+    settings, ``CheckpointError`` for a checkpoint that cannot resume this run, and
+    ``UserError`` for a ``--resume`` path that holds no checkpoint.
+    """
+    cfg = resolve_config(cli, preset=preset).config
+    if not cfg.resume:
+        return
+    try:
+        load_resume_checkpoint(cfg)
+    except TrainingError as exc:
+        raise UserError(str(exc)) from None
 
 
 # What a resumed run may change without changing what it learns.
@@ -202,6 +262,28 @@ def save_replay(replay: ReplayMemory, checkpoints: Path) -> None:
         logger.info("replay (%d transitions) saved in %s", len(replay), checkpoints / REPLAY_FILE)
     except OSError as exc:
         logger.warning("could not save the replay (%s); --resume will start it empty", exc)
+
+
+def saved_replay_problem(cfg: Config, num_streams: int, checkpoints: Path) -> str:
+    """Why the run's saved replay will not be restored (from its header alone; "" when it fits
+    or is missing). Read before the replay memory is allocated and the learner warmed up."""
+    path = checkpoints / REPLAY_FILE
+    if not path.exists():
+        return ""
+    expected = {
+        "num_streams": num_streams,
+        "capacity_per_stream": cfg.replay_capacity // num_streams,
+        "frame_stack": cfg.frame_stack,
+        "n_step": cfg.n_step,
+        "gamma": cfg.gamma,
+    }
+    try:
+        with ReplayReader(path) as reader:
+            saved = {key: reader.header.get(key) for key in expected}
+    except ReplayFileError as exc:
+        return str(exc)
+    changed = [f"{key} {saved[key]!r} -> {value!r}" for key, value in expected.items() if saved[key] != value]
+    return f"replay file {path}: saved with another geometry ({'; '.join(changed)})" if changed else ""
 
 
 def restore_replay(replay: ReplayMemory, checkpoints: Path) -> int:

@@ -16,13 +16,20 @@ them as the ``eval_*`` gauges (table, CSV, TensorBoard).
 Startup order matters: the network is compiled and warmed up *before* collectors start
 (so compilation does not compete with them for the CPU, and its time is reported on its
 own); then the initial weights are published, the collectors start, and the monitor's
-clock starts.
+clock starts. A Ctrl-C or SIGTERM at any moment of the startup (the compile included)
+stops the run (:class:`~pipeline.run.lifecycle.StartupInterrupts`).
 
 Shutdown (total frames reached, Ctrl-C, SIGTERM): collectors are asked to stop through
 the weights block, a final checkpoint is written, and every shared-memory segment is
 unlinked. A second Ctrl-C exits at once (segments are still unlinked first).
 
-This module is the Trainer's lifecycle and its tasks; the pieces it assembles live beside it:
+A failed periodic write (a checkpoint, a frame mark, a metrics row: a full disk) is
+reported once and the run goes on with its last good checkpoint: supervision and the
+stop conditions never depend on a write (:mod:`~pipeline.run.write_failures`). A task
+that fails for any other reason stops the run with one clear error, never silently.
+
+This module is the Trainer's tasks and its event loop; the pieces it assembles live beside it:
+:mod:`~pipeline.run.lifecycle` (setup before the loop, shutdown after it),
 :mod:`~pipeline.run.startup` (run directory, resume, device, learner and replay),
 :mod:`~pipeline.run.pacing` (replay-ratio limiter, epsilon schedule),
 :mod:`~pipeline.run.snapshots` (the monitor snapshot's parts, summary.json),
@@ -33,7 +40,7 @@ This module is the Trainer's lifecycle and its tasks; the pieces it assembles li
 from __future__ import annotations
 
 import asyncio
-import json
+import contextlib
 import logging
 import os
 import signal
@@ -41,68 +48,43 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-import numpy as np
-
-import envs
 from config import Config
-from pipeline.learning.flat_state import flatten_state, state_numel
+from pipeline.learning.checkpoint import CheckpointError
+from pipeline.learning.flat_state import flatten_state
 from pipeline.run.collection import CollectionBackend
-from pipeline.run.collector import CollectorArgs
 from pipeline.run.consolidator import Consolidator
 from pipeline.run.evaluations import Evaluations
+from pipeline.run.lifecycle import StartupInterrupts, TrainerLifecycle
 from pipeline.run.monitor import COUNTER_KEYS, LEARNER_PHASES, CounterKey, LearnerPhase, Monitor, Snapshot
-from pipeline.run.pacing import RateLimiter, epsilon_at, priority_beta_at
+from pipeline.run.pacing import epsilon_at, priority_beta_at
 from pipeline.run.preflight import RunLock
-from pipeline.run.run_checkpoints import (
-    RunCheckpoints,
-    checkpoint_payload,
-    cloned,
-    mark_payload,
-    next_mark,
-    resume_from,
-    rolling_return,
-    save_mark,
-)
+from pipeline.run.run_checkpoints import cloned, mark_payload, next_mark, save_mark
 from pipeline.run.snapshots import (
     collector_rows,
     copy_slot_counters,
     learning_gauges,
     process_gauges,
     ring_fill_pct,
-    run_summary,
     snapshot_counters,
 )
 
-# TrainingError, latest_checkpoint and resolve_resume are re-exported (``X as X``): they
-# were defined here, and main.py and the benchmarks import TrainingError from here.
-from pipeline.run.startup import (
-    RunPaths,
-    build_learner,
-    build_replay,
-    changed_on_resume,
-    check_machine_and_lock,
-    load_resume_checkpoint,
-    new_run_root,
-    resolve_device,
-    restore_replay,
-    run_event_loop,
-    save_replay,
-    seed_and_threads,
-    warm_up_learner,
-)
+# TrainingError, latest_checkpoint, resolve_resume and resolve_device are re-exported
+# (``X as X``): they were defined or imported here, and main.py and the benchmarks import
+# TrainingError and resolve_device from here.
 from pipeline.run.startup import TrainingError as TrainingError
 from pipeline.run.startup import latest_checkpoint as latest_checkpoint
+from pipeline.run.startup import resolve_device as resolve_device
 from pipeline.run.startup import resolve_resume as resolve_resume
+from pipeline.run.startup import run_event_loop, save_replay
 from pipeline.run.supervisor import Supervisor
+from pipeline.run.write_failures import WriteFailures, free_space, short_reason
 from pipeline.transport import ring as R
-from pipeline.transport import segments
-from pipeline.transport.weights import WeightsBlock, block_bytes
+from pipeline.transport.weights import WeightsBlock
 
 logger = logging.getLogger("mario.trainer")
-SLACK_BATCHES = 4  # how far (in batches of samples) the learner may fall behind the replay ratio
 
 
-class Trainer:
+class Trainer(TrainerLifecycle):
     def __init__(
         self,
         cfg: Config,
@@ -148,118 +130,10 @@ class Trainer:
         self.evaluations = Evaluations()
         self.lock: RunLock | None = None
         self.fatal = ""  # why the run had to end (a collector crash loop), "" when it ended normally
-
-    # -- setup ----------------------------------------------------------------------------
-    def setup(self) -> None:
-        cfg = self.cfg
-        if cfg.resume:
-            # Read and checked before anything is created: a bad file must leave nothing behind.
-            self.resume_path, root, self._resume_state = load_resume_checkpoint(cfg)
-        else:
-            self.resume_path = None
-            root = new_run_root(cfg)
-        self.num_actions = envs.num_actions(cfg.env_id, cfg.action_set)
-        self.lock = check_machine_and_lock(cfg, root, self.num_actions)  # before anything is created
-        self.paths = RunPaths(root)
-        self.paths.make()
-        self.checkpoints = RunCheckpoints(self.paths.checkpoints, cfg.keep_checkpoints)
-        (self.paths.root / "config.json").write_text(
-            json.dumps({"config": cfg.to_dict(), "sources": self.sources}, indent=2)
-        )
-        self.tag = segments.run_tag(self.paths.root)
-        removed = segments.remove_stale_segments()
-        if removed:
-            logger.warning(
-                "removed %d shared-memory segment(s) left by a dead run: %s", len(removed), ", ".join(removed)
-            )
-
-        self.device = resolve_device(cfg.device)
-        replay_device = self.device if cfg.replay_device == "auto" else resolve_device(cfg.replay_device)
-        seed_and_threads(cfg)
-        self.learner = build_learner(cfg, self.num_actions, self.device)
-        self.num_collectors = cfg.num_processes if self.collection is None else self.collection.prepare(cfg)
-        self.num_streams = self.num_collectors * cfg.envs_per_collector  # one ring slot per environment
-        self.replay = build_replay(cfg, self.num_streams, replay_device)
-        restored = 0
-        if self.resume_path is not None and cfg.save_replay:
-            restored = self.replay.inserted if restore_replay(self.replay, self.paths.checkpoints) else 0
-        # The consolidator's budget paces inserts smoothly, so a few batches of slack are
-        # enough; the old 2,048 samples showed as a ratio of 3.06 of 4 in a 20 s window.
-        slack = SLACK_BATCHES * cfg.batch_size
-        # The ratio counts from what this process inserts: a restored replay is warm-up
-        # already done, not a debt of updates to pay at once on old data.
-        self.limiter = RateLimiter(cfg.replay_ratio, max(cfg.learning_starts, restored), slack)
-        if self.resume_path is not None:
-            self.base, self.checkpoints.best_return = resume_from(self._resume_state, self.resume_path, self.learner)
-            changes = changed_on_resume(cfg, dict(self._resume_state["config"]))
-            if changes:
-                logger.warning("resuming with settings that differ from the checkpoint's: %s", "; ".join(changes))
-            logger.info(
-                "resumed from %s at %d frames, %d updates", self.resume_path, self.base["frames"], self.base["updates"]
-            )
-
-        # The monitor comes up first, so the user sees startup progress from the first second.
-        self.monitor = Monitor(
-            self.paths.root, mode=cfg.monitor, interval_s=cfg.monitor_interval_s, resume=self.resume_path is not None
-        )
-        self.monitor.start_display()
-        self.monitor.announce(f"run directory {self.paths.root}")
-        if cfg.mark_interval_frames:
-            self._next_mark = next_mark(self.base["frames"], cfg.mark_interval_frames)
-        if self.train_enabled:
-            self.startup["compile+warm-up"] = warm_up_learner(self.learner, cfg, self.device, self.monitor)
-        self._create_shared_memory()
-
-    def _create_shared_memory(self) -> None:
-        cfg = self.cfg
-        layout = R.RingLayout(self.num_streams, cfg.ring_capacity)
-        num_floats = state_numel(self.learner.online.state_dict())
-        if self.collection is not None:  # the rings live on the collectors' nodes
-            self._open_collection(num_floats)
-            return
-        try:  # the pages are reserved now: a /dev/shm filled since the preflight fails here
-            self.ring_segment = segments.create_segment(segments.segment_name(self.tag, "ring"), layout.total_bytes)
-            self.weights_segment = segments.create_segment(
-                segments.segment_name(self.tag, "weights"), block_bytes(num_floats)
-            )
-        except segments.SegmentSpaceError as exc:
-            raise TrainingError(str(exc)) from None
-        self.ring = R.TransitionRing.initialise(self.ring_segment.buf, layout)
-        self.weights = WeightsBlock.initialise(self.weights_segment.buf, num_floats)
-        self.consolidator = Consolidator(self.ring, self._insert)
-        # The supervisor watches each collector's home slot (its first).
-        home_slots = [self.ring.slots[self._slots_of(i)[0]] for i in range(cfg.num_processes)]
-        self.supervisor = Supervisor(home_slots, self._collector_args, heartbeat_timeout_s=cfg.heartbeat_timeout_s)
-
-    def _open_collection(self, num_floats: int) -> None:
-        """The learner's own weights block (the evaluator reads it) and the backend's stand-ins."""
-        assert self.collection is not None
-        try:
-            self.weights_segment = segments.create_segment(
-                segments.segment_name(self.tag, "weights"), block_bytes(num_floats)
-            )
-        except segments.SegmentSpaceError as exc:
-            raise TrainingError(str(exc)) from None
-        self.weights = WeightsBlock.initialise(self.weights_segment.buf, num_floats)
-        self.ring, self.supervisor, self.consolidator = self.collection.open(
-            run_tag=self.tag, num_floats=num_floats, log_dir=self.paths.logs, weights=self.weights, insert=self._insert
-        )
-
-    def _slots_of(self, collector: int) -> tuple[int, ...]:
-        k = self.cfg.envs_per_collector
-        return tuple(range(collector * k, (collector + 1) * k))
-
-    def _collector_args(self, slot: int) -> CollectorArgs:
-        assert self.ring_segment is not None and self.weights_segment is not None
-        return CollectorArgs(
-            slot=slot,
-            config=self.cfg,
-            ring_name=self.ring_segment.name,
-            weights_name=self.weights_segment.name,
-            parent_pid=os.getpid(),
-            log_path=str(self.paths.logs / f"collector-{slot}.log"),
-            slots=self._slots_of(slot),
-        )
+        self.final_error = ""  # why the final checkpoint could not be written, "" when it was
+        self.interrupts = StartupInterrupts()
+        self.write_failures = WriteFailures()
+        self.hooks = contextlib.ExitStack()  # process-wide hooks of this run, undone at its very end
 
     # -- counters -------------------------------------------------------------------------
     def total(self, key: CounterKey) -> int:
@@ -274,10 +148,6 @@ class Trainer:
             steps += counters.steps
             episodes += counters.episodes
         self.counters["frames"], self.counters["steps"], self.counters["episodes"] = frames, steps, episodes
-
-    def _insert(self, stream: int, records: np.ndarray) -> None:
-        self.replay.add(stream, records)
-        self.counters["records"] += len(records)
 
     def _publish(self) -> None:
         assert self.weights is not None
@@ -391,7 +261,12 @@ class Trainer:
             running = not self.stop_event.is_set()
             if running and self.on_snapshot is not None:
                 self.on_snapshot(snapshot, self)
-            self.monitor.update(snapshot, status="running" if running else "stopping")
+            try:
+                self.monitor.update(snapshot, status="running" if running else "stopping")
+            except OSError as exc:  # metrics.csv or TensorBoard on a full disk: shown, not written
+                self.write_failures.metrics_failed(self.paths.root, exc)
+            else:
+                self.write_failures.succeeded("metrics", str(self.monitor.csv_path))
 
     # -- evaluator ------------------------------------------------------------------------
     def _start_evaluator(self) -> None:
@@ -439,43 +314,48 @@ class Trainer:
             startup=dict(self.startup),
         )
 
-    # -- checkpoints ----------------------------------------------------------------------
-    def _checkpoint_args(self) -> tuple[dict, int, float | None]:
-        self._collector_totals()
-        totals = {k: self.total(k) for k in COUNTER_KEYS}
-        payload = checkpoint_payload(self.learner, totals, self.cfg, self.num_actions)
-        score = rolling_return(self.consolidator.episodes if self.consolidator is not None else ())
-        return payload, totals["frames"], score
-
-    def save(self, *, final: bool) -> Path:
-        """A periodic (or the final) checkpoint, and best.pt when the rolling return is the best yet."""
-        path = self.checkpoints.save(*self._checkpoint_args())
-        self._last_checkpoint_t = time.monotonic()
-        if final:
-            self.final_checkpoint = path
-        return path
-
-    async def save_in_background(self) -> Path:
+    # -- periodic writes ------------------------------------------------------------------
+    async def save_in_background(self) -> Path | None:
         """A periodic checkpoint written by a worker thread while training goes on.
 
         Writing and fsyncing ~27 MB (twice when best.pt is due) can take seconds on a slow
         disk; in the event loop that stalled the consolidator and the learner alike. The
         payload is a copy taken in the loop, so the updates that go on meanwhile cannot
-        tear it.
+        tear it. A write that fails (a full disk) is reported once and retried at the next
+        interval; the run goes on with its last good checkpoint. Returns the path written,
+        None when it failed.
         """
         payload, frames, score = self._checkpoint_args()
-        path = await asyncio.to_thread(self.checkpoints.save, cloned(payload), frames, score)
-        self._last_checkpoint_t = time.monotonic()
+        self._last_checkpoint_t = time.monotonic()  # a failed write is retried an interval later, not every tick
+        try:
+            path = await asyncio.to_thread(self.checkpoints.save, cloned(payload), frames, score)
+        except (CheckpointError, OSError) as exc:
+            failure = self.checkpoints.write_failure("periodic checkpoint", exc, payload)
+            self.write_failures.failed(
+                "periodic checkpoint",
+                f"{failure}; training goes on, the next attempt is in {self.cfg.checkpoint_interval_s:g} s "
+                "(reported once while they fail)",
+            )
+            return None
+        self.write_failures.succeeded("periodic checkpoint", str(path))
         return path
 
-    async def save_mark_in_background(self) -> Path:
+    async def save_mark_in_background(self) -> Path | None:
         """The online net at the frame mark just passed (a few frames past it: collectors
-        are not stopped for it), written by a worker thread."""
+        are not stopped for it), written by a worker thread; a failed write is reported
+        once, and that mark is skipped."""
         totals = {k: self.total(k) for k in COUNTER_KEYS}
         payload = mark_payload(self.learner, totals, self.cfg, self.num_actions)
         mark = self._next_mark
         self._next_mark = next_mark(totals["frames"], self.cfg.mark_interval_frames)
-        return await asyncio.to_thread(save_mark, self.paths.checkpoints, payload, mark)
+        try:
+            path = await asyncio.to_thread(save_mark, self.paths.checkpoints, payload, mark)
+        except (CheckpointError, OSError) as exc:
+            where = free_space(self.paths.checkpoints)
+            self.write_failures.failed("frame mark", f"frame mark {mark} not written ({short_reason(exc)}; {where})")
+            return None
+        self.write_failures.succeeded("frame mark", str(path))
+        return path
 
     # -- run ------------------------------------------------------------------------------
     def request_stop(self, reason: str) -> None:
@@ -508,12 +388,16 @@ class Trainer:
         self.monitor.announce(f"startup: {self.num_collectors} collector process(es) starting on {self.cfg.env_id}")
         self._start_evaluator()
         tasks = [
-            asyncio.create_task(self._consolidate()),
-            asyncio.create_task(self._watch()),
-            asyncio.create_task(self._monitor()),
+            asyncio.create_task(self._consolidate(), name="consolidator"),
+            asyncio.create_task(self._watch(), name="supervisor"),
+            asyncio.create_task(self._monitor(), name="monitor"),
         ]
         if self.train_enabled:
-            tasks.append(asyncio.create_task(self._train()))
+            tasks.append(asyncio.create_task(self._train(), name="train loop"))
+        for task in tasks:
+            task.add_done_callback(self._task_ended)
+        if self.interrupts.received:  # a Ctrl-C of the startup that was swallowed on its way
+            self.request_stop("interrupted")
         try:
             await self.stop_event.wait()
         finally:
@@ -523,77 +407,29 @@ class Trainer:
             loop.remove_signal_handler(signal.SIGINT)
             loop.remove_signal_handler(signal.SIGTERM)
 
+    def _task_ended(self, task: asyncio.Task[None]) -> None:
+        """A task that fails ends the run with one clear error (after the final checkpoint),
+        instead of leaving it running without, say, its supervisor and stop conditions."""
+        if task.cancelled() or task.exception() is None:
+            return
+        exc = task.exception()
+        logger.error("the learner's %s task failed", task.get_name(), exc_info=exc)
+        if not self.fatal:
+            self.fatal = f"the learner's {task.get_name()} task failed ({short_reason(exc)}); its traceback is above"
+        self.request_stop(self.fatal)
+
     def run(self) -> int:
         """Run until done or stopped; always stop collectors, checkpoint and unlink."""
         try:
-            self.setup()
-            run_event_loop(self._main())
+            # From the first second: a Ctrl-C or SIGTERM of the startup is never lost (the
+            # event loop takes both signals over once it runs).
+            with self.interrupts:
+                self.setup()
+                run_event_loop(self._main())
         finally:
             self.shutdown()
-        if self.fatal:
-            raise TrainingError(self.fatal)  # after the final checkpoint: nothing learned is lost
+        # After the final checkpoint (or its attempt): nothing learned is lost.
+        errors = [error for error in (self.fatal, self.final_error) if error]
+        if errors:
+            raise TrainingError("; ".join(errors))
         return 0
-
-    def shutdown(self) -> None:
-        if self.weights is not None:
-            self.weights.request_stop()
-        if self.supervisor is not None:
-            self.supervisor.stop()
-        self.evaluations.stop(timeout_s=10)
-        try:
-            if self.ring is not None and getattr(self, "learner", None) is not None:
-                if self.consolidator is not None:
-                    # Collectors are stopped: drain everything they committed (a pass takes
-                    # at most max_records_per_slot per slot, so loop until a pass is empty).
-                    while self.consolidator.poll():
-                        pass
-                path = self.save(final=True)
-                logger.info("final checkpoint: %s (%s)", path, self.stop_reason or "stopped")
-                if self.cfg.save_replay and self.train_enabled:
-                    save_replay(self.replay, self.paths.checkpoints)
-                self._write_summary()
-        finally:
-            if self.monitor is not None:
-                if self.ring is not None:
-                    self.monitor.update(self.snapshot(), status="stopped")
-                self.monitor.close()
-            self._release_shared_memory()
-            if self.lock is not None:
-                self.lock.release()
-
-    def _write_summary(self) -> None:
-        """summary.json: what this process did, for benchmarks and scripts."""
-        assert self.supervisor is not None
-        summary = run_summary(
-            elapsed_s=time.monotonic() - self._t0,
-            stop_reason=self.stop_reason,
-            startup=self.startup,
-            totals={k: self.total(k) for k in COUNTER_KEYS},
-            this_process=self.counters,
-            supervisor=self.supervisor,
-            ring=self.ring,
-            consolidator=self.consolidator,
-            replay_inserted=self.replay.inserted,
-            learner=self.learner,
-            learner_ns=self.learner_ns,
-            final_checkpoint=self.final_checkpoint,
-            evaluations=self.evaluations,
-        )
-        if self.collection is not None:
-            summary["cluster"] = self.collection.summary()
-        (self.paths.root / "summary.json").write_text(json.dumps(summary, indent=2))
-
-    def _release_shared_memory(self) -> None:
-        if self.ring is not None:
-            self.ring.close()
-        if self.weights is not None:
-            self.weights.close()
-        if self.supervisor is not None:
-            self.supervisor.slots = []
-        self.consolidator = None  # type: ignore[assignment]
-        if self.collection is not None:
-            self.collection.close()
-        segments.release(self.ring_segment, unlink=True)
-        segments.release(self.weights_segment, unlink=True)
-        self.ring_segment = self.weights_segment = None
-        self.ring = None
