@@ -329,7 +329,8 @@ def learning_command(argv: list[str]) -> int:
         for name, variant in {args.name: result, **others}.items()
     }
     env_id = json.loads((Path(seeds[0]["run"]) / "config.json").read_text())["config"]["env_id"]
-    title = f"{env_id}: mean x_pos over {protocol.describe()} at each mark"
+    # Two lines: the protocol's description is too long for one line of the figure.
+    title = f"{env_id}: mean x_pos at each mark\nover {protocol.describe()}"
     plot = plot_curves(variants, args.out / PLOT_NAME, title)
     print(f"results: {results_path}; curves: {plot}")
     return 0
