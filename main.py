@@ -190,9 +190,13 @@ def run_train(argv: list[str]) -> int:
 
     args = build_parser().parse_args(argv)
     if args.backend == "ray":  # before any measuring or process: a missing extra is one line
-        from pipeline.cluster.ray_setup import require_ray
+        from pipeline.cluster.ray_setup import check_address, require_ray
 
         require_ray()
+        if args.ray_address:
+            # Before the auto preset's measuring (up to a minute on a new machine): a
+            # wrong address is one line within seconds.
+            check_address(args.ray_address)
     try:
         overrides = cli_overrides(args)
         if overrides.get("resume") and not args.print_config:
