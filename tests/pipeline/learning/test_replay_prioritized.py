@@ -7,6 +7,7 @@ priorities are compared with what the definitions in the module docstring give.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
 
@@ -49,7 +50,7 @@ def slot_of(mem: ReplayMemory, stream, seq) -> np.ndarray:
 
 def binary_weight(batch: Batch) -> Batch:
     """The batch with weight = validity, for check_batch (which expects 0/1 weights)."""
-    return Batch(batch.obs, batch.action, batch.ret, batch.next_obs, batch.discount, (batch.weight > 0).float())
+    return dataclasses.replace(batch, weight=(batch.weight > 0).float())
 
 
 def mixed_memory(seed: int = 0, **kw) -> tuple[ReplayMemory, list, list]:

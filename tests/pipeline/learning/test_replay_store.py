@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import os
 import random
@@ -12,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 
-from pipeline.learning.replay import Batch, ReplayFileError, ReplayMemory
+from pipeline.learning.replay import ReplayFileError, ReplayMemory
 from pipeline.learning.replay_store import ReplayReader, write_replay_file
 from tests.pipeline.learning.test_replay import IdCounter, build_stream, check_batch, episode_of_ids, to_array
 
@@ -90,7 +91,7 @@ def test_round_trip_is_exact_and_continues_identically(tmp_path, prioritized):
     hists = [streams[s][: written[s]] for s in range(3)]
     batch, index = other.sample(256, return_index=True)
     if prioritized:
-        batch = Batch(batch.obs, batch.action, batch.ret, batch.next_obs, batch.discount, (batch.weight > 0).float())
+        batch = dataclasses.replace(batch, weight=(batch.weight > 0).float())
     valid = check_batch(other, hists, C, 3, 3, 0.9, batch, index, episode_of_ids(streams))
     assert valid > 0
     mem.sample(256)  # keep the two RNGs in step
