@@ -153,6 +153,12 @@ class Config:
     """Feed the network the previous agent step's action (one-hot, 'none' at an episode
     start), joined to the convolutional features: four frames do not show whether A is
     already held, which decides whether right+A jumps."""
+    frontier_start_share: float = 0.0
+    """Share of training episodes that start at a point of the collector's furthest
+    trajectory so far instead of the level's start (Go-Explore's return-then-explore; the
+    collector replays the recorded actions to get there: replayed_frames counts the cost).
+    0 = off; needs a fixed-stage or full-game Mario id. Evaluation always starts at the
+    level's start."""
 
     # --- compute -----------------------------------------------------------------------
     device: str = "auto"
@@ -248,7 +254,12 @@ class Config:
 FIELD_NAMES: frozenset[str] = frozenset(f.name for f in fields(Config))
 # What a run saved before these fields existed did: a checkpoint without them was trained
 # so, whatever today's defaults are (its network has no previous-action input).
-SAVED_BEFORE: dict[str, Any] = {"prev_action_input": False, "exploration": "epsilon", "epsilon_schedule": "linear"}
+SAVED_BEFORE: dict[str, Any] = {
+    "prev_action_input": False,
+    "exploration": "epsilon",
+    "epsilon_schedule": "linear",
+    "frontier_start_share": 0.0,
+}
 FIELD_TYPES: dict[str, str] = {f.name: str(f.type) for f in fields(Config)}
 
 # Presets change only what differs from the defaults. Sizes follow the hardware: the

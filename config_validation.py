@@ -33,6 +33,22 @@ def _summarise(problems: list[str]) -> str:
     return f"invalid configuration ({len(problems)} problems): " + " | ".join(problems)
 
 
+def _frontier_start_unfit(env_id: str) -> str | None:
+    """What makes ``env_id`` unfit for restarts near the frontier (None: fit, or an invalid
+    id, which the env id check reports)."""
+    from envs.ids import EnvIdError, parse_env_id
+
+    try:
+        kind = parse_env_id(env_id).kind
+    except EnvIdError:
+        return None
+    if kind == "catch":
+        return "Catch (it has no x position)"
+    if kind == "mario_random_stages":
+        return "random stages (each reset draws another stage)"
+    return None
+
+
 def validate(cfg: Config) -> None:
     """Raise one ConfigError listing every invalid field (name, value, rule, fix)."""
     problems: list[str] = []
@@ -139,6 +155,21 @@ def validate(cfg: Config) -> None:
     ):
         if not 0.0 <= getattr(cfg, name) <= 1.0:
             problems.append(_problem(name, getattr(cfg, name), "must be in [0, 1]", f"use e.g. {example}"))
+    if not 0.0 <= cfg.frontier_start_share < 1.0:
+        problems.append(
+            _problem(
+                "frontier_start_share", cfg.frontier_start_share, "must be in [0, 1)", "use e.g. 0.5, or 0 for off"
+            )
+        )
+    elif cfg.frontier_start_share > 0 and _frontier_start_unfit(cfg.env_id) is not None:
+        problems.append(
+            _problem(
+                "frontier_start_share",
+                cfg.frontier_start_share,
+                f"needs a stage that replays the same way from its start, not {_frontier_start_unfit(cfg.env_id)}",
+                "use a fixed-stage id such as SuperMarioBros-1-1-v0, or 0 for off",
+            )
+        )
     if not 1.0 < cfg.ez_mu <= 10.0:
         problems.append(_problem("ez_mu", cfg.ez_mu, "must be in (1, 10]", "use 2 (the paper's value)"))
     if not cfg.reward_scale > 0 or cfg.reward_scale == float("inf"):

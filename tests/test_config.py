@@ -77,6 +77,13 @@ def test_describe_lists_every_field_with_its_source():
         ({"eval_interval_s": -5.0}, "eval_interval_s", ">= 0"),
         ({"eval_interval_s": float("inf")}, "eval_interval_s", "finite"),
         ({"eval_episodes": 0}, "eval_episodes", ">= 1"),
+        ({"frontier_start_share": 1.0}, "frontier_start_share", "[0, 1)"),
+        ({"frontier_start_share": 0.5}, "frontier_start_share", "Catch"),  # the tiny preset's env
+        (
+            {"frontier_start_share": 0.5, "env_id": "SuperMarioBrosRandomStages-v0"},
+            "frontier_start_share",
+            "random stages",
+        ),
     ],
 )
 def test_invalid_values_name_field_value_rule_and_fix(overrides, field, fragment):
@@ -85,6 +92,12 @@ def test_invalid_values_name_field_value_rule_and_fix(overrides, field, fragment
     message = str(info.value)
     assert "\n" not in message
     assert field in message and fragment in message
+
+
+def test_frontier_starts_are_accepted_on_a_fixed_stage_and_the_full_game():
+    for env_id in ("SuperMarioBros-1-1-v0", "SuperMarioBros-v0"):
+        cfg = resolve_config({"frontier_start_share": 0.5, "env_id": env_id}, preset="cpu", knobs={}).config
+        assert cfg.frontier_start_share == 0.5
 
 
 def test_every_problem_is_reported_at_once():

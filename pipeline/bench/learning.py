@@ -178,7 +178,8 @@ def train(run: Path, seed: int, args: argparse.Namespace, train_args: list[str])
 
 def wall_and_ratio(run: Path) -> dict[str, float]:
     """Training wall time summed over the run's processes (a resumed run's clock restarts),
-    frames/s over it, and the replay ratio held, from ``metrics.csv``."""
+    frames/s over it, the replay ratio held and the frames replayed to reach restart points
+    near the frontier (not counted in the frames), from ``metrics.csv``."""
     config = json.loads((run / "config.json").read_text())["config"]
     wall, segment, last = 0.0, 0.0, None
     with (run / "metrics.csv").open(newline="") as handle:
@@ -189,7 +190,7 @@ def wall_and_ratio(run: Path) -> dict[str, float]:
             segment, last = seconds, row
     wall += segment
     if last is None:
-        return {"wall_s": 0.0, "frames_per_s": 0.0, "replay_ratio_held": math.nan}
+        return {"wall_s": 0.0, "frames_per_s": 0.0, "replay_ratio_held": math.nan, "replayed_frames": 0.0}
     frames, samples, records = (float(last[key]) for key in ("frames", "samples", "records"))
     ratio = samples / max(1.0, records - config["learning_starts"])
     return {
@@ -197,6 +198,7 @@ def wall_and_ratio(run: Path) -> dict[str, float]:
         "frames_per_s": frames / wall if wall else 0.0,
         "replay_ratio": ratio,
         "replay_ratio_held": ratio / config["replay_ratio"],
+        "replayed_frames": float(last.get("replayed_frames") or 0.0),  # older runs' metrics lack it
     }
 
 

@@ -75,6 +75,7 @@ FIGURES: tuple[Figure, ...] = (
     Figure("wall_s", "wall time", "minutes", compare=False),
     Figure("frames_per_s", "frames/s", "per_s", compare=False),
     Figure("replay_ratio_held", "replay ratio held", "ratio", compare=False),
+    Figure("replayed_frames", "frames replayed to frontier starts", "frames", compare=False),
 )
 
 
@@ -86,7 +87,9 @@ def run_figures(curve: Sequence[MarkResult], machine: Mapping[str, float]) -> di
     figures["frames_to_flag"] = first_frames(curve, flag=True)
     figures["frames_to_x_pos_goal"] = first_frames(curve, x_pos=X_POS_GOAL)
     figures["auc_mean_x_pos"] = area_under_curve(curve)
-    figures.update({key: machine.get(key) for key in ("wall_s", "frames_per_s", "replay_ratio_held")})
+    figures.update(
+        {key: machine.get(key) for key in ("wall_s", "frames_per_s", "replay_ratio_held", "replayed_frames")}
+    )
     return figures
 
 

@@ -23,6 +23,12 @@ read them without any message passing.
 
 When every env explores (or repeats an exploratory action) the network is not evaluated
 at all: the actions do not depend on it, which saves CPU early in training.
+
+With ``frontier_start_share`` > 0 a share of episodes start at a point of the collector's
+furthest trajectory so far (:mod:`~pipeline.learning.frontier`): the env resets as usual
+and replays the recorded actions up to that point; only what follows is recorded, as an
+episode of its own (a START record, no previous action), and the replayed frames are
+counted in the home slot's ``replayed_frames``.
 """
 
 from __future__ import annotations
@@ -38,6 +44,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from config import Config
+from pipeline.learning.frontier import EpisodeTrace, FrontierArchive
 from pipeline.transport import episodes as episode_channel
 from pipeline.transport import ring as R
 from pipeline.transport.records import FLAG_FINAL, FLAG_START, FLAG_TERMINATED, FLAG_TRUNCATED
@@ -50,6 +57,7 @@ ENV_ERROR_LIMIT = 5  # env failures within ENV_ERROR_WINDOW_S before backing off
 ENV_ERROR_WINDOW_S = 60.0
 ENV_ERROR_BACKOFF_S = 5.0
 PARENT_CHECK_STEPS = 256
+MAX_TRACE_STEPS = 20_000  # longest episode kept for frontier starts when episodes are unlimited
 
 
 @dataclass
@@ -123,6 +131,8 @@ class EnvStream:
         self.frames = self.counters.frames
         self.episodes = self.counters.episodes
         self.preprocess_done_ns = 0  # preprocessing time of envs of this stream already replaced
+        self.trace: EpisodeTrace | None = None  # the episode's actions from the level's start
+        self.replayed_steps = 0  # steps replayed to this episode's start point
 
 
 class Collector:
@@ -181,6 +191,13 @@ class Collector:
             max_duration=self.cfg.ez_max_steps if self.cfg.exploration == "ez" else 1,
             mu=self.cfg.ez_mu,
         )
+        # Restarts near the frontier: the collector's furthest trajectory, each env's trace.
+        self.frontier: FrontierArchive | None = None
+        if self.cfg.frontier_start_share > 0:
+            self.frontier = FrontierArchive(self.cfg.frontier_start_share, self.rng)
+            for stream in self.streams:
+                stream.trace = EpisodeTrace(self.cfg.max_episode_steps or MAX_TRACE_STEPS)
+        self.replay_mismatch_logged = False
         self.loader = StateLoader(self.model)
         if self.loader.num_floats != self.weights.num_floats:
             raise RuntimeError(
@@ -276,6 +293,10 @@ class Collector:
     def _reset(self, stream: EnvStream, index: int) -> bool:
         try:
             obs, _ = stream.env.reset(seed=stream.seed if stream.first_reset else None)
+            stream.replayed_steps = 0
+            if stream.trace is not None:
+                stream.trace.clear()
+                obs = self._go_to_frontier(stream, obs)
         except Exception:  # noqa: BLE001 - see _env_failed
             self._env_failed(stream)
             return False
@@ -287,6 +308,40 @@ class Collector:
         stream.episode_return = 0.0
         stream.episode_steps = 0
         return True
+
+    def _go_to_frontier(self, stream: EnvStream, obs: np.ndarray) -> np.ndarray:
+        """Maybe replay a prefix of the furthest trajectory from the level's start; return the
+        observation the episode starts from.
+
+        The replayed steps go into the env's trace (the episode is still counted from the
+        level's start) and their frames into ``replayed_frames``; none is recorded. Should
+        the replay end an episode (the stage did not replay the same way), the env starts
+        at the level's start instead.
+        """
+        assert self.frontier is not None and stream.trace is not None
+        steps = self.frontier.draw_restart()
+        if steps == 0:
+            return obs
+        env, trace = stream.env, stream.trace
+        for action in self.frontier.actions[:steps].tolist():
+            obs, _, terminated, truncated, info = env.step(action)
+            self.counters.replayed_frames += self.cfg.frame_skip
+            trace.append(action, int(info["x_pos"]))
+            if terminated or truncated:
+                if not self.replay_mismatch_logged:
+                    self.replay_mismatch_logged = True
+                    self.logger.warning(
+                        "collector %d: replaying %d recorded steps ended the episode at step %d; "
+                        "that env starts at the level's start this time",
+                        self.args.slot,
+                        steps,
+                        trace.length,
+                    )
+                trace.clear()
+                obs, _ = env.reset()
+                return obs
+        stream.replayed_steps = steps
+        return obs
 
     def _preprocess_total(self) -> int:
         return sum(s.preprocess_done_ns + self._preprocess_ns(s.env) for s in self.streams)
@@ -344,8 +399,12 @@ class Collector:
                 stream.stack[:-1] = stream.stack[1:]
                 stream.stack[-1] = next_obs
                 self.prev_actions[index] = action
+                if stream.trace is not None:
+                    stream.trace.append(action, int(info["x_pos"]))
                 if done:
                     self._write(stream.slot, next_obs, 0, 0.0, FLAG_FINAL)
+                    if stream.trace is not None:
+                        self.frontier.offer(stream.trace)  # type: ignore[union-attr]
                 stream.counters.steps = stream.steps
                 stream.counters.frames = stream.frames
                 te = perf()
@@ -365,6 +424,7 @@ class Collector:
                         weights_version=self.weights_version,
                         epsilon=float(epsilon),
                         truncated=bool(truncated),
+                        replayed_steps=stream.replayed_steps,
                     )
                     episode_channel.send(stream.slot.episodes, summary, self._should_stop)
                     stream.needs_reset = True

@@ -45,7 +45,7 @@ WINDOWS_S: tuple[int, ...] = (10, 60)
 # summary.json and checkpoint keys, and must stay plain str there.
 
 # The run's cumulative counters (snapshot counters, checkpoints' "counters", summary.json).
-CounterKey = Literal["frames", "steps", "records", "updates", "samples", "episodes", "epochs"]
+CounterKey = Literal["frames", "steps", "records", "updates", "samples", "episodes", "epochs", "replayed_frames"]
 COUNTER_KEYS: Final[tuple[CounterKey, ...]] = get_args(CounterKey)
 
 # Where the learner process's time goes (its event loop's tasks).
@@ -332,6 +332,7 @@ class Monitor:
             row[f"{key}_per_s_60s"] = h.rate(key, WINDOWS_S[1])
             row[f"{key}_per_s_run"] = h.rate(key, None)
             row[key] = snap.counters.get(key, 0.0)
+        row["replayed_frames"] = snap.counters.get("replayed_frames", 0.0)
         # Samples drawn per inserted transition: over the last 10 s (what the limiter is
         # doing now) and over the whole run (including the warm-up fill, so lower).
         row["replay_ratio"] = row["samples_per_s"] / row["records_per_s"] if row["records_per_s"] > 0 else 0.0
@@ -372,6 +373,11 @@ class Monitor:
             f"eps {g('epsilon'):.3f} | v{g('weights_version'):.0f} | "
             f"return {g('episode_return'):.1f} x {g('episode_x_pos'):.0f} flag {g('flag_rate'):.2f} | "
             f"restarts {g('restarts'):.0f}"
+            + (
+                f" | frontier starts {g('frontier_start_share'):.2f} replayed {g('replayed_frames'):.0f} frames"
+                if row.get("replayed_frames")
+                else ""
+            )
             + "".join(
                 f" | node{p} {g(node_gauge_key(p, 'frames_per_s')):.0f} frames/s pull "
                 f"{g(node_gauge_key(p, 'pull_ms')):.0f} ms {g(node_gauge_key(p, 'inflight_mb')):.1f} MB "

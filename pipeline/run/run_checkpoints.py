@@ -66,8 +66,9 @@ def cloned(payload: Any) -> Any:
 
 
 def rolling_return(episodes: Iterable[EpisodeSummary]) -> float | None:
-    """Mean return of the latest training episodes (None while there are too few)."""
-    episodes = list(episodes)
+    """Mean return of the latest training episodes that started at the level's start (None
+    while there are too few)."""
+    episodes = [e for e in episodes if e.replayed_steps == 0]
     if len(episodes) < MIN_EPISODES_FOR_BEST:
         return None
     return float(np.mean([e.ret for e in episodes[-ROLLING_EPISODES:]]))

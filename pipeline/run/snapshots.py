@@ -94,11 +94,15 @@ def ring_fill_pct(slots: Sequence[SlotCounters], capacity: int) -> float:
 
 def learning_gauges(metrics: Mapping[str, float], episodes: Sequence[EpisodeSummary]) -> dict[str, float]:
     """The learner's metrics since the last tick and the recent training episodes (NaN when
-    there were none)."""
+    there were none). Return, x_pos, flag rate and length are of the episodes that started at
+    the level's start, comparable with evaluation; ``frontier_start_share`` is the share of
+    the others (restarts near the frontier)."""
 
     def mean(values: list[float]) -> float:
         return float(np.mean(values)) if values else NAN
 
+    frontier_starts = mean([e.replayed_steps > 0 for e in episodes])
+    episodes = [e for e in episodes if e.replayed_steps == 0]
     return {
         "loss": metrics.get("loss", NAN),
         "td_error": metrics.get("td_abs", NAN),
@@ -108,6 +112,7 @@ def learning_gauges(metrics: Mapping[str, float], episodes: Sequence[EpisodeSumm
         "episode_x_pos": mean([e.x_pos for e in episodes]),
         "flag_rate": mean([e.flag_get for e in episodes]),
         "episode_length": mean([e.length for e in episodes]),
+        "frontier_start_share": frontier_starts,
     }
 
 

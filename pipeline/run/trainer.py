@@ -141,13 +141,15 @@ class Trainer(TrainerLifecycle):
 
     def _collector_totals(self) -> None:
         assert self.ring is not None
-        frames = steps = episodes = 0
+        frames = steps = episodes = replayed = 0
         for slot in self.ring.slots:
             counters = slot.counters
             frames += counters.frames
             steps += counters.steps
             episodes += counters.episodes
+            replayed += counters.replayed_frames
         self.counters["frames"], self.counters["steps"], self.counters["episodes"] = frames, steps, episodes
+        self.counters["replayed_frames"] = replayed
 
     def _publish(self) -> None:
         assert self.weights is not None

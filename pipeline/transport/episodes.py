@@ -31,6 +31,7 @@ class EpisodeSummary:
     weights_version: int
     epsilon: float
     truncated: bool
+    replayed_steps: int = 0  # agent steps replayed to its start point (0: the level's start)
 
 
 _FIELD_TYPES = {f.name: f.type for f in fields(EpisodeSummary)}

@@ -72,6 +72,7 @@ WRITE_NS = 11
 STALL_NS = 12
 ENV_ERRORS = 13  # environment exceptions caught and recovered from
 STATE = 14  # see STATE_* below
+REPLAYED_FRAMES = 15  # emulator frames replayed to reach restart points (not recorded)
 # Consumer-side word (own cache line).
 READ_SEQ = CONSUMER_OFFSET // 8
 
@@ -150,6 +151,7 @@ class SlotCounters:
     starts = _Word(STARTS)  # producer starts on this slot (a restart adds one)
     env_errors = _Word(ENV_ERRORS)  # environment exceptions caught and recovered from
     state = _Word(STATE)  # one of STATE_*
+    replayed_frames = _Word(REPLAYED_FRAMES)  # frames stepped to return to restart points
 
     def __init__(self, words: np.ndarray) -> None:
         self.words = words  # the slot header's u64 words (or a copy of them)

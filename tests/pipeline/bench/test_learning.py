@@ -250,6 +250,10 @@ def test_wall_time_adds_up_across_resumed_processes(tmp_path: Path) -> None:
     assert figures["wall_s"] == 90  # 60 s, then a resumed process's 30 s
     assert figures["frames_per_s"] == pytest.approx(10)
     assert figures["replay_ratio"] == pytest.approx(2.0) and figures["replay_ratio_held"] == pytest.approx(1.0)
+    assert figures["replayed_frames"] == 0.0  # metrics from before frontier starts have no such column
+    rows = [rows[0] + ",replayed_frames", "5,10,0,10,0", "60,500,600,400,1200"]
+    (tmp_path / "metrics.csv").write_text("\n".join(rows) + "\n")
+    assert wall_and_ratio(tmp_path)["replayed_frames"] == 1200.0
 
 
 def bench(out: Path, frames: int) -> subprocess.CompletedProcess[str]:

@@ -34,7 +34,16 @@ def ring():
 
 
 def test_names_are_the_csv_and_tensorboard_names():
-    assert M.COUNTER_KEYS == ("frames", "steps", "records", "updates", "samples", "episodes", "epochs")
+    assert M.COUNTER_KEYS == (
+        "frames",
+        "steps",
+        "records",
+        "updates",
+        "samples",
+        "episodes",
+        "epochs",
+        "replayed_frames",
+    )
     assert M.COLLECTOR_PHASES is R.COLLECTOR_PHASES
     assert M.LEARNER_PHASES == ("wait", "sample", "update", "publish", "consolidate")
     assert M.collector_phase_key("stall") == "collector_stall_ns"
@@ -102,6 +111,7 @@ def test_learning_gauges_are_nan_without_updates_or_episodes():
         "episode_x_pos",
         "flag_rate",
         "episode_length",
+        "frontier_start_share",
     ]
     assert all(math.isnan(v) for v in gauges.values())
     episode = EpisodeSummary(
@@ -118,6 +128,36 @@ def test_learning_gauges_are_nan_without_updates_or_episodes():
     )
     gauges = learning_gauges({"loss": 0.5, "td_abs": 0.25}, [episode, episode])
     assert (gauges["loss"], gauges["td_error"], gauges["episode_return"], gauges["flag_rate"]) == (0.5, 0.25, 2.0, 1.0)
+    assert gauges["frontier_start_share"] == 0.0
+
+
+def test_episodes_started_near_the_frontier_stay_out_of_the_level_start_figures():
+    """They start part-way into the level: their x_pos is not comparable with evaluation's."""
+
+    def episode(x_pos: int, replayed_steps: int) -> EpisodeSummary:
+        return EpisodeSummary(
+            ret=x_pos / 10,
+            length=10,
+            x_pos=x_pos,
+            flag_get=False,
+            world=1,
+            stage=1,
+            collector=0,
+            weights_version=1,
+            epsilon=0.1,
+            truncated=False,
+            replayed_steps=replayed_steps,
+        )
+
+    episodes = [episode(400, 0), episode(2000, 150), episode(600, 0), episode(1800, 90)]
+    gauges = learning_gauges({}, episodes)
+    assert (gauges["episode_x_pos"], gauges["episode_return"]) == (500.0, 50.0)
+    assert gauges["frontier_start_share"] == 0.5
+    from pipeline.run.run_checkpoints import MIN_EPISODES_FOR_BEST, rolling_return
+
+    level_starts = [episode(400, 0)] * MIN_EPISODES_FOR_BEST
+    assert rolling_return(level_starts + [episode(3000, 50)] * 20) == 40.0
+    assert rolling_return(level_starts[1:] + [episode(3000, 50)]) is None  # too few from the start
 
 
 def test_eval_gauges_come_in_the_declared_order():
@@ -147,6 +187,7 @@ def test_the_monitor_row_derives_phase_shares_in_the_csv_order(tmp_path):
     assert list(row) == [
         "time_s",
         *rates,
+        "replayed_frames",
         "replay_ratio",
         "replay_ratio_run",
         *(f"collector_{p}_pct" for p in ("emulate", "preprocess", "infer", "write", "stall")),

@@ -1,0 +1,91 @@
+"""Restarts near the frontier: a collector's best trajectory so far, and where to restart on it.
+
+Go-Explore's "return, then explore" (Ecoffet et al., 2021) and the backward curriculum of
+Salimans and Chen (2018, Montezuma's Revenge from one demonstration), with the agent's
+own experience as the demonstration: a share of training episodes do not start at the
+level's start but at a state on the furthest trajectory the collector has played, and
+explore from there. Obstacles that the agent passed once by luck (a tall pipe of World
+1-1 needs A held for ~7 agent steps) are then met again many times, from the states just
+before them, instead of once per lucky episode.
+
+How the collector returns to such a state: a fixed stage is deterministic given the
+actions (``reset`` restores the same snapshot; the game's own randomness comes from its
+frame counter), so it resets as usual and replays the recorded actions from the start.
+nes-py 8.2.1 keeps one snapshot per emulator (``_backup``/``_restore``, the one ``reset``
+restores), so replaying is the only way back that needs no second emulator per restart
+point; it costs ``frame_skip`` emulator frames per replayed step, which the collector
+counts (``replayed_frames``) and which are not recorded as transitions.
+
+The archive keeps one trajectory: the action sequence from the level's start up to the
+step where its x position was greatest, of the episode that went furthest. A restart
+point is a uniform step of it, so every obstacle on the way is met in proportion to the
+steps the agent spent in front of it. Evaluation always starts from the level's start.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["EpisodeTrace", "FrontierArchive"]
+
+
+class EpisodeTrace:
+    """The actions and x positions of one env's current episode, counted from the level's start.
+
+    Pre-allocated for ``capacity`` steps; an episode longer than that stops being recorded
+    (``overflowed``) and is never offered to the archive.
+    """
+
+    def __init__(self, capacity: int) -> None:
+        self.actions = np.zeros(capacity, np.int16)
+        self.x_pos = np.zeros(capacity, np.int32)
+        self.length = 0
+        self.overflowed = False
+
+    def clear(self) -> None:
+        self.length = 0
+        self.overflowed = False
+
+    def append(self, action: int, x_pos: int) -> None:
+        """Record one agent step (its action and the x position it led to)."""
+        if self.length == len(self.actions):
+            self.overflowed = True
+            return
+        self.actions[self.length] = action
+        self.x_pos[self.length] = x_pos
+        self.length += 1
+
+
+class FrontierArchive:
+    """A collector's furthest trajectory and the restart points drawn on it.
+
+    Args:
+        share: probability that an episode starts from a restart point (0 disables).
+        rng: the collector's generator.
+    """
+
+    def __init__(self, share: float, rng: np.random.Generator) -> None:
+        if not 0.0 <= share < 1.0:
+            raise ValueError(f"restart share must be in [0, 1), got {share!r}")
+        self.share = share
+        self.rng = rng
+        self.actions = np.zeros(0, np.int16)  # the best trajectory, up to its furthest x
+        self.best_x = -1
+
+    def offer(self, trace: EpisodeTrace) -> bool:
+        """Keep ``trace`` if it went further than the kept trajectory; return whether it did."""
+        if trace.overflowed or trace.length == 0:
+            return False
+        x_pos = trace.x_pos[: trace.length]
+        furthest = int(np.argmax(x_pos))  # the first step at the maximum
+        if int(x_pos[furthest]) <= self.best_x:
+            return False
+        self.best_x = int(x_pos[furthest])
+        self.actions = trace.actions[: furthest + 1].copy()
+        return True
+
+    def draw_restart(self) -> int:
+        """Steps of the kept trajectory to replay before the next episode (0: the level's start)."""
+        if self.share == 0.0 or len(self.actions) == 0 or self.rng.random() >= self.share:
+            return 0
+        return int(self.rng.integers(1, len(self.actions) + 1))

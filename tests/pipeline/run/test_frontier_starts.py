@@ -1,0 +1,143 @@
+"""A real collector on the real World 1-1 returns to states of its furthest trajectory.
+
+The collector (one env, random actions, half the episodes started near the frontier)
+writes its records into real shared memory. Everything it did can be re-derived here
+from those records alone: the first episode starts at the level's start, every episode's
+actions from the level's start are its replayed prefix plus its recorded actions, and
+the furthest trajectory so far is the prefix of such an episode. Replaying each episode
+that way in an emulator of the test's own must reproduce every recorded frame, the START
+frame of the episodes that began near the frontier first of all.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import numpy as np
+
+from config import Config
+from envs import make_env
+from pipeline.learning.flat_state import flatten_state, state_numel
+from pipeline.learning.frontier import EpisodeTrace, FrontierArchive
+from pipeline.learning.policy import network_of
+from pipeline.run import supervisor as S
+from pipeline.run.collector import CollectorArgs
+from pipeline.transport import episodes as episode_channel
+from pipeline.transport import ring as R
+from pipeline.transport import weights as W
+from pipeline.transport.records import FLAG_FINAL, FLAG_START
+from pipeline.transport.segments import create_segment, release, segment_name
+from tests.pipeline import producers as P
+
+TAG = P.new_tag("frontier")
+FRONTIER_EPISODES = 4  # episodes started near the frontier to collect
+
+
+def collect(cfg: Config, log_path: str) -> tuple[np.ndarray, list[episode_channel.EpisodeSummary], int]:
+    """Run one collector until it finished FRONTIER_EPISODES frontier episodes; return its
+    records, its episode summaries and its replayed-frames counter."""
+    net = network_of(cfg, 7).eval()
+    layout = R.RingLayout(num_slots=1, capacity=cfg.ring_capacity, episode_cells=16)
+    ring_segment = create_segment(segment_name(TAG, "ring"), layout.total_bytes)
+    weights_segment = create_segment(segment_name(TAG, "weights"), W.block_bytes(state_numel(net.state_dict())))
+    ring = R.TransitionRing.initialise(ring_segment.buf, layout)
+    weights = W.WeightsBlock.initialise(weights_segment.buf, state_numel(net.state_dict()))
+    weights.publish(flatten_state(net.state_dict()), epsilon=1.0)  # random actions: varied trajectories
+
+    def make_args(index: int) -> CollectorArgs:
+        return CollectorArgs(
+            slot=0,
+            config=cfg,
+            ring_name=ring_segment.name,
+            weights_name=weights_segment.name,
+            parent_pid=os.getpid(),
+            log_path=log_path,
+        )
+
+    supervisor = S.Supervisor(ring.slots[:1], make_args, heartbeat_timeout_s=120.0)
+    chunks: list[np.ndarray] = []
+    summaries: list[episode_channel.EpisodeSummary] = []
+
+    def drain() -> None:
+        slot = ring.slots[0]
+        count, views = slot.transitions.peek(None)
+        chunks.extend(view.copy() for view in views)
+        del views
+        slot.transitions.release(count)
+        summaries.extend(episode_channel.receive(slot.episodes)[0])
+
+    try:
+        supervisor.start_all()
+        deadline = time.monotonic() + 600  # safety net only: a loaded machine is slow
+        while sum(s.replayed_steps > 0 for s in summaries) < FRONTIER_EPISODES:
+            assert time.monotonic() < deadline, f"{len(summaries)} episodes, too few started near the frontier"
+            drain()
+            supervisor.check()
+            time.sleep(0.02)
+        weights.request_stop()
+        supervisor.stop(timeout_s=20)
+        drain()  # what it finished before it stopped: only the episode it was in is unknown
+        replayed_frames = ring.slots[0].counters.replayed_frames
+    finally:
+        weights.request_stop()
+        supervisor.stop(timeout_s=20)
+        ring.close()
+        weights.close()
+        release(ring_segment, unlink=True)
+        release(weights_segment, unlink=True)
+    return np.concatenate(chunks), summaries, replayed_frames
+
+
+def split_episodes(records: np.ndarray) -> list[np.ndarray]:
+    """The finished episodes' records (START step ... FINAL), in order."""
+    starts = np.flatnonzero((records["flags"] & FLAG_START) != 0)
+    finals = np.flatnonzero((records["flags"] & FLAG_FINAL) != 0)
+    assert starts[0] == 0
+    return [records[start : final + 1] for start, final in zip(starts, finals, strict=False)]
+
+
+def test_a_collector_returns_to_its_furthest_trajectory_by_replay(tmp_path) -> None:
+    # Short episodes, so that many end (and offer their trajectories) within the test.
+    cfg = Config(envs_per_collector=1, ring_capacity=256, no_progress_steps=40, max_episode_steps=250, seed=11)
+    cfg.frontier_start_share = 0.5
+    records, summaries, replayed_frames = collect(cfg, str(tmp_path / "collector.log"))
+    episodes = split_episodes(records)[: len(summaries)]
+    assert len(episodes) == len(summaries)
+    assert summaries[0].replayed_steps == 0  # nothing to return to yet
+
+    env = make_env(cfg.env_id, **cfg.env_kwargs())
+    archive = FrontierArchive(0.5, np.random.default_rng(0))  # only offer() is used: the test's replica
+    trace = EpisodeTrace(cfg.max_episode_steps)
+    level_start_x = frontier_start_x = 0
+    try:
+        for episode, summary in zip(episodes, summaries):
+            steps = summary.replayed_steps
+            assert steps <= len(archive.actions)
+            obs, info = env.reset()
+            trace.clear()
+            for action in archive.actions[:steps].tolist():
+                obs, _, _, _, info = env.step(action)
+                trace.append(action, info["x_pos"])
+            np.testing.assert_array_equal(obs, episode[0]["frame"])  # the START the collector wrote
+            if steps:
+                frontier_start_x = max(frontier_start_x, info["x_pos"])
+            else:
+                level_start_x = info["x_pos"]
+            actions = episode["action"][:-1].tolist()  # the FINAL record carries no action
+            for action, record in zip(actions, episode[1:]):
+                obs, _, _, _, info = env.step(action)
+                trace.append(action, info["x_pos"])
+                np.testing.assert_array_equal(obs, record["frame"])
+            assert info["x_pos"] == summary.x_pos
+            archive.offer(trace)
+    finally:
+        env.close()
+
+    frontier = [s.replayed_steps for s in summaries if s.replayed_steps > 0]
+    assert len(frontier) >= FRONTIER_EPISODES
+    assert frontier_start_x > level_start_x > 0  # some episode started well into the level
+    # Every replayed step cost frame_skip frames; the episode running at the stop may add its
+    # prefix, drawn from the trajectory every finished episode had offered.
+    assert replayed_frames >= cfg.frame_skip * sum(frontier)
+    assert replayed_frames <= cfg.frame_skip * (sum(frontier) + len(archive.actions))
