@@ -2,18 +2,14 @@
 
 from __future__ import annotations
 
-import os
 import time
 
 from config import Config
 from models import QNetwork
-from pipeline.learning.flat_state import flatten_state, state_numel
 from pipeline.run import supervisor as S
-from pipeline.run.collector import CollectorArgs
 from pipeline.transport import ring as R
-from pipeline.transport import weights as W
-from pipeline.transport.segments import create_segment, release, segment_name
 from tests.pipeline import producers as P
+from tests.pipeline.run.one_collector import one_collector
 
 TAG = P.new_tag("backpressure")
 HEARTBEAT_TIMEOUT_S = 2.0
@@ -21,65 +17,50 @@ HEARTBEAT_TIMEOUT_S = 2.0
 
 def test_a_collector_stalled_on_another_envs_ring_is_not_restarted_and_its_stall_shows(tmp_path):
     cfg = Config(env_id="Catch-v0", reward_scale=1.0, envs_per_collector=2, ring_capacity=16, seed=3)
-    layout = R.RingLayout(num_slots=2, capacity=cfg.ring_capacity, episode_cells=8)
     net = QNetwork(3, cfg.frame_stack, cfg.dueling)
-    ring_segment = create_segment(segment_name(TAG, "ring"), layout.total_bytes)
-    weights_segment = create_segment(segment_name(TAG, "weights"), W.block_bytes(state_numel(net.state_dict())))
-    ring = R.TransitionRing.initialise(ring_segment.buf, layout)
-    weights = W.WeightsBlock.initialise(weights_segment.buf, state_numel(net.state_dict()))
-    weights.publish(flatten_state(net.state_dict()), epsilon=1.0)
+    with one_collector(
+        cfg,
+        net,
+        tag=TAG,
+        log_path=str(tmp_path / "collector.log"),
+        epsilon=1.0,
+        heartbeat_timeout_s=HEARTBEAT_TIMEOUT_S,
+        episode_cells=8,
+    ) as (ring, _, supervisor):
+        check_the_stall_shows(cfg, ring, supervisor)
 
-    def make_args(index: int) -> CollectorArgs:
-        return CollectorArgs(
-            slot=0,
-            config=cfg,
-            ring_name=ring_segment.name,
-            weights_name=weights_segment.name,
-            parent_pid=os.getpid(),
-            log_path=str(tmp_path / "collector.log"),
-            slots=(0, 1),
-        )
 
+def check_the_stall_shows(cfg: Config, ring: R.TransitionRing, supervisor: S.Supervisor) -> None:
     home, other = ring.slots
-    supervisor = S.Supervisor([home], make_args, heartbeat_timeout_s=HEARTBEAT_TIMEOUT_S)
 
     def drain_home() -> None:  # the home slot keeps flowing; only the other env's ring is full
         count, _ = home.transitions.peek(None)
         home.transitions.release(count)
         home.episodes.release(home.episodes.peek(None)[0])
 
-    try:
-        supervisor.start_all()
-        process = supervisor.states[0].process
-        deadline = time.monotonic() + 180  # safety net: importing torch on a loaded machine
-        while not (home.counters.state == R.STATE_RUNNING and other.transitions.pending() == cfg.ring_capacity):
-            assert time.monotonic() < deadline, "the collector never filled its second ring"
-            drain_home()
-            supervisor.check()
-            time.sleep(0.05)
-        stall_at_full = home.counters.phase_ns("stall")
-        held = time.monotonic()
-        readings = []
-        while time.monotonic() - held < 3 * HEARTBEAT_TIMEOUT_S:
-            drain_home()
-            supervisor.check()
-            readings.append(home.counters.phase_ns("stall"))
-            time.sleep(0.1)
-        held_s = time.monotonic() - held
+    supervisor.start_all()
+    process = supervisor.states[0].process
+    deadline = time.monotonic() + 180  # safety net: importing torch on a loaded machine
+    while not (home.counters.state == R.STATE_RUNNING and other.transitions.pending() == cfg.ring_capacity):
+        assert time.monotonic() < deadline, "the collector never filled its second ring"
+        drain_home()
+        supervisor.check()
+        time.sleep(0.05)
+    stall_at_full = home.counters.phase_ns("stall")
+    held = time.monotonic()
+    readings = []
+    while time.monotonic() - held < 3 * HEARTBEAT_TIMEOUT_S:
+        drain_home()
+        supervisor.check()
+        readings.append(home.counters.phase_ns("stall"))
+        time.sleep(0.1)
+    held_s = time.monotonic() - held
 
-        assert supervisor.restarts == 0, supervisor.events
-        assert supervisor.states[0].process is process and process.is_alive()
-        assert other.transitions.pending() == cfg.ring_capacity  # still held back the whole time
-        # The stall is counted while it lasts: it grew through the wait, not only at its end.
-        assert readings[-1] - stall_at_full >= 0.8 * held_s * 1e9
-        assert readings[len(readings) // 2] - stall_at_full >= 0.3 * held_s * 1e9
-        # The stalled env's own slot takes no stall time: the collector's home slot has it.
-        assert other.counters.phase_ns("stall") == 0
-    finally:
-        weights.request_stop()  # the stalled collector sees it and leaves its wait
-        supervisor.stop(timeout_s=20)
-        supervisor.slots = []
-        ring.close()
-        weights.close()
-        release(ring_segment, unlink=True)
-        release(weights_segment, unlink=True)
+    assert supervisor.restarts == 0, supervisor.events
+    assert supervisor.states[0].process is process and process.is_alive()
+    assert other.transitions.pending() == cfg.ring_capacity  # still held back the whole time
+    # The stall is counted while it lasts: it grew through the wait, not only at its end.
+    assert readings[-1] - stall_at_full >= 0.8 * held_s * 1e9
+    assert readings[len(readings) // 2] - stall_at_full >= 0.3 * held_s * 1e9
+    # The stalled env's own slot takes no stall time: the collector's home slot has it.
+    assert other.counters.phase_ns("stall") == 0

@@ -11,24 +11,18 @@ frame of the episodes that began near the frontier first of all.
 
 from __future__ import annotations
 
-import os
 import time
 
 import numpy as np
 
 from config import Config
 from envs import make_env
-from pipeline.learning.flat_state import flatten_state, state_numel
 from pipeline.learning.frontier import EpisodeTrace, FrontierArchive
 from pipeline.learning.policy import network_of
-from pipeline.run import supervisor as S
-from pipeline.run.collector import CollectorArgs
 from pipeline.transport import episodes as episode_channel
-from pipeline.transport import ring as R
-from pipeline.transport import weights as W
 from pipeline.transport.records import FLAG_FINAL, FLAG_START
-from pipeline.transport.segments import create_segment, release, segment_name
 from tests.pipeline import producers as P
+from tests.pipeline.run.one_collector import one_collector
 
 TAG = P.new_tag("frontier")
 FRONTIER_EPISODES = 4  # episodes started near the frontier to collect
@@ -38,36 +32,23 @@ def collect(cfg: Config, log_path: str) -> tuple[np.ndarray, list[episode_channe
     """Run one collector until it finished FRONTIER_EPISODES frontier episodes; return its
     records, its episode summaries and its replayed-frames counter."""
     net = network_of(cfg, 7).eval()
-    layout = R.RingLayout(num_slots=1, capacity=cfg.ring_capacity, episode_cells=16)
-    ring_segment = create_segment(segment_name(TAG, "ring"), layout.total_bytes)
-    weights_segment = create_segment(segment_name(TAG, "weights"), W.block_bytes(state_numel(net.state_dict())))
-    ring = R.TransitionRing.initialise(ring_segment.buf, layout)
-    weights = W.WeightsBlock.initialise(weights_segment.buf, state_numel(net.state_dict()))
-    weights.publish(flatten_state(net.state_dict()), epsilon=1.0)  # random actions: varied trajectories
-
-    def make_args(index: int) -> CollectorArgs:
-        return CollectorArgs(
-            slot=0,
-            config=cfg,
-            ring_name=ring_segment.name,
-            weights_name=weights_segment.name,
-            parent_pid=os.getpid(),
-            log_path=log_path,
-        )
-
-    supervisor = S.Supervisor(ring.slots[:1], make_args, heartbeat_timeout_s=120.0)
     chunks: list[np.ndarray] = []
     summaries: list[episode_channel.EpisodeSummary] = []
+    # Random actions (epsilon 1): varied trajectories.
+    with one_collector(cfg, net, tag=TAG, log_path=log_path, epsilon=1.0, heartbeat_timeout_s=120.0) as (
+        ring,
+        weights,
+        supervisor,
+    ):
 
-    def drain() -> None:
-        slot = ring.slots[0]
-        count, views = slot.transitions.peek(None)
-        chunks.extend(view.copy() for view in views)
-        del views
-        slot.transitions.release(count)
-        summaries.extend(episode_channel.receive(slot.episodes)[0])
+        def drain() -> None:
+            slot = ring.slots[0]
+            count, views = slot.transitions.peek(None)
+            chunks.extend(view.copy() for view in views)
+            del views
+            slot.transitions.release(count)
+            summaries.extend(episode_channel.receive(slot.episodes)[0])
 
-    try:
         supervisor.start_all()
         deadline = time.monotonic() + 600  # safety net only: a loaded machine is slow
         while sum(s.replayed_steps > 0 for s in summaries) < FRONTIER_EPISODES:
@@ -79,13 +60,6 @@ def collect(cfg: Config, log_path: str) -> tuple[np.ndarray, list[episode_channe
         supervisor.stop(timeout_s=20)
         drain()  # what it finished before it stopped: only the episode it was in is unknown
         replayed_frames = ring.slots[0].counters.replayed_frames
-    finally:
-        weights.request_stop()
-        supervisor.stop(timeout_s=20)
-        ring.close()
-        weights.close()
-        release(ring_segment, unlink=True)
-        release(weights_segment, unlink=True)
     return np.concatenate(chunks), summaries, replayed_frames
 
 

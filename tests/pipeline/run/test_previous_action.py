@@ -10,23 +10,17 @@ boundaries and after its rings wrapped; ``play_episode`` (the evaluator, ``eval`
 
 from __future__ import annotations
 
-import os
 import time
 
 import numpy as np
 import torch
 
 from config import Config
-from pipeline.learning.flat_state import flatten_state, state_numel
 from pipeline.learning.policy import build_env, network_of, run_episode
 from pipeline.learning.replay import ReplayMemory
-from pipeline.run import supervisor as S
-from pipeline.run.collector import CollectorArgs
-from pipeline.transport import ring as R
-from pipeline.transport import weights as W
 from pipeline.transport.records import FLAG_FINAL, FLAG_START
-from pipeline.transport.segments import create_segment, release, segment_name
 from tests.pipeline import producers as P
+from tests.pipeline.run.one_collector import one_collector
 
 TAG = P.new_tag("prevaction")
 NUM_ACTIONS = 3  # Catch-v0: left, stay, right
@@ -55,52 +49,33 @@ def test_collector_replay_and_play_agree_on_the_previous_action(tmp_path) -> Non
         env_id="Catch-v0", reward_scale=1.0, envs_per_collector=2, ring_capacity=64, seed=5, prev_action_input=True
     )
     net = chain_network(cfg)
-    layout = R.RingLayout(num_slots=2, capacity=cfg.ring_capacity, episode_cells=16)
-    ring_segment = create_segment(segment_name(TAG, "ring"), layout.total_bytes)
-    weights_segment = create_segment(segment_name(TAG, "weights"), W.block_bytes(state_numel(net.state_dict())))
-    ring = R.TransitionRing.initialise(ring_segment.buf, layout)
-    weights = W.WeightsBlock.initialise(weights_segment.buf, state_numel(net.state_dict()))
-    weights.publish(flatten_state(net.state_dict()), epsilon=0.0)  # greedy: every action is the network's
-
-    def make_args(index: int) -> CollectorArgs:
-        return CollectorArgs(
-            slot=0,
-            config=cfg,
-            ring_name=ring_segment.name,
-            weights_name=weights_segment.name,
-            parent_pid=os.getpid(),
-            log_path=str(tmp_path / "collector.log"),
-            slots=(0, 1),
-        )
-
-    supervisor = S.Supervisor(ring.slots[:1], make_args, heartbeat_timeout_s=60.0)
     # 48 records per stream: the 400 collected below wrap every ring of the memory many times.
     replay = ReplayMemory(96, 2, frame_stack=4, n_step=3, num_actions=NUM_ACTIONS, seed=0)
     collected: list[list[np.ndarray]] = [[], []]
-    try:
-        supervisor.start_all()
-        deadline = time.monotonic() + 300  # safety net: importing torch on a loaded machine
-        while min(sum(map(len, c)) for c in collected) < 400:
-            assert time.monotonic() < deadline, "the collector did not write 400 records per env"
+    # Greedy (epsilon 0): every action is the network's.
+    with one_collector(cfg, net, tag=TAG, log_path=str(tmp_path / "collector.log"), epsilon=0.0) as (
+        ring,
+        _,
+        supervisor,
+    ):
+
+        def drain() -> None:  # in a function of its own: no view into the ring outlives it
             for stream, slot in enumerate(ring.slots):
                 count, views = slot.transitions.peek(None)
                 for view in views:
                     records = view.copy()
                     collected[stream].append(records)
                     replay.add(stream, records)
-                del views
                 slot.transitions.release(count)
                 slot.episodes.release(slot.episodes.peek(None)[0])
-            del slot  # no view into the ring may outlive it
+
+        supervisor.start_all()
+        deadline = time.monotonic() + 300  # safety net: importing torch on a loaded machine
+        while min(sum(map(len, c)) for c in collected) < 400:
+            assert time.monotonic() < deadline, "the collector did not write 400 records per env"
+            drain()
             supervisor.check()
             time.sleep(0.02)
-    finally:
-        weights.request_stop()
-        supervisor.stop(timeout_s=20)
-        ring.close()
-        weights.close()
-        release(ring_segment, unlink=True)
-        release(weights_segment, unlink=True)
 
     # What the collector fed: each step record's action follows the previous step's action
     # of the same episode, and 0 at a START.

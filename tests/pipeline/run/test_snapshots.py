@@ -13,6 +13,7 @@ import pytest
 
 from pipeline.run import monitor as M
 from pipeline.run.evaluations import Evaluations
+from pipeline.run.run_checkpoints import MIN_EPISODES_FOR_BEST, rolling_return
 from pipeline.run.snapshots import (
     collector_rows,
     copy_slot_counters,
@@ -100,6 +101,23 @@ def test_ring_fill_counts_committed_unconsumed_records(ring):
     assert ring_fill_pct(copy_slot_counters(ring), capacity=8) == pytest.approx(100.0 * 2 / 32)
 
 
+def summary(*, x_pos: int, ret: float, flag_get: bool = False, replayed_steps: int = 0) -> EpisodeSummary:
+    """A 10-step training episode of World 1-1."""
+    return EpisodeSummary(
+        ret=ret,
+        length=10,
+        x_pos=x_pos,
+        flag_get=flag_get,
+        world=1,
+        stage=1,
+        collector=0,
+        weights_version=1,
+        epsilon=0.1,
+        truncated=False,
+        replayed_steps=replayed_steps,
+    )
+
+
 def test_learning_gauges_are_nan_without_updates_or_episodes():
     gauges = learning_gauges({}, [])
     assert list(gauges) == [
@@ -114,18 +132,7 @@ def test_learning_gauges_are_nan_without_updates_or_episodes():
         "frontier_start_share",
     ]
     assert all(math.isnan(v) for v in gauges.values())
-    episode = EpisodeSummary(
-        ret=2.0,
-        length=10,
-        x_pos=40,
-        flag_get=True,
-        world=1,
-        stage=1,
-        collector=0,
-        weights_version=1,
-        epsilon=0.1,
-        truncated=False,
-    )
+    episode = summary(x_pos=40, ret=2.0, flag_get=True)
     gauges = learning_gauges({"loss": 0.5, "td_abs": 0.25}, [episode, episode])
     assert (gauges["loss"], gauges["td_error"], gauges["episode_return"], gauges["flag_rate"]) == (0.5, 0.25, 2.0, 1.0)
     assert gauges["frontier_start_share"] == 0.0
@@ -135,25 +142,12 @@ def test_episodes_started_near_the_frontier_stay_out_of_the_level_start_figures(
     """They start part-way into the level: their x_pos is not comparable with evaluation's."""
 
     def episode(x_pos: int, replayed_steps: int) -> EpisodeSummary:
-        return EpisodeSummary(
-            ret=x_pos / 10,
-            length=10,
-            x_pos=x_pos,
-            flag_get=False,
-            world=1,
-            stage=1,
-            collector=0,
-            weights_version=1,
-            epsilon=0.1,
-            truncated=False,
-            replayed_steps=replayed_steps,
-        )
+        return summary(x_pos=x_pos, ret=x_pos / 10, replayed_steps=replayed_steps)
 
     episodes = [episode(400, 0), episode(2000, 150), episode(600, 0), episode(1800, 90)]
     gauges = learning_gauges({}, episodes)
     assert (gauges["episode_x_pos"], gauges["episode_return"]) == (500.0, 50.0)
     assert gauges["frontier_start_share"] == 0.5
-    from pipeline.run.run_checkpoints import MIN_EPISODES_FOR_BEST, rolling_return
 
     level_starts = [episode(400, 0)] * MIN_EPISODES_FOR_BEST
     assert rolling_return(level_starts + [episode(3000, 50)] * 20) == 40.0
