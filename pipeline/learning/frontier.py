@@ -17,7 +17,8 @@ point; it costs ``frame_skip`` emulator frames per replayed step, which the coll
 counts (``replayed_frames``) and which are not recorded as transitions.
 
 The archive keeps one trajectory: the action sequence from the level's start up to the
-step where its x position was greatest, of the episode that went furthest. A restart
+step where its x position was greatest (before the step that ended it), of the episode
+that went furthest. A restart
 point is a uniform step of it, so every obstacle on the way is met in proportion to the
 steps the agent spent in front of it. Evaluation always starts from the level's start.
 """
@@ -73,10 +74,15 @@ class FrontierArchive:
         self.best_x = -1
 
     def offer(self, trace: EpisodeTrace) -> bool:
-        """Keep ``trace`` if it went further than the kept trajectory; return whether it did."""
-        if trace.overflowed or trace.length == 0:
+        """Keep the finished episode ``trace`` if it went further than the kept trajectory;
+        return whether it did.
+
+        Its last step ended the episode (a death, the flag, a cut): the state it led to is
+        no place to start from, so only the steps before it count.
+        """
+        if trace.overflowed or trace.length < 2:
             return False
-        x_pos = trace.x_pos[: trace.length]
+        x_pos = trace.x_pos[: trace.length - 1]
         furthest = int(np.argmax(x_pos))  # the first step at the maximum
         if int(x_pos[furthest]) <= self.best_x:
             return False

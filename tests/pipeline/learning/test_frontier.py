@@ -25,16 +25,25 @@ def test_offer_keeps_the_furthest_trajectory_up_to_its_furthest_x() -> None:
     assert archive.offer(trace_of([40, 60, 90, 80, 70], actions=[1, 2, 3, 4, 5]))
     assert archive.best_x == 90
     np.testing.assert_array_equal(archive.actions, [1, 2, 3])  # cut after the first step at 90
-    assert not archive.offer(trace_of([40, 90, 90]))  # as far is not further
-    assert not archive.offer(trace_of([40, 50]))
+    assert not archive.offer(trace_of([40, 90, 90, 50]))  # as far is not further
+    assert not archive.offer(trace_of([40, 50, 60]))
     np.testing.assert_array_equal(archive.actions, [1, 2, 3])
     assert archive.offer(trace_of([40, 95, 95, 91], actions=[6, 5, 4, 3]))
     np.testing.assert_array_equal(archive.actions, [6, 5])
 
 
+def test_the_step_that_ended_the_episode_is_no_start() -> None:
+    """Running into a goomba: the furthest x is the death's; the start is the step before it."""
+    archive = FrontierArchive(0.5, np.random.default_rng(0))
+    assert archive.offer(trace_of([40, 60, 80, 100], actions=[1, 2, 3, 4]))
+    assert archive.best_x == 80
+    np.testing.assert_array_equal(archive.actions, [1, 2, 3])
+    assert not archive.offer(trace_of([500]))  # a one-step episode has no live state after the start
+
+
 def test_the_kept_trajectory_is_a_copy() -> None:
     archive = FrontierArchive(0.5, np.random.default_rng(0))
-    trace = trace_of([40, 60], actions=[1, 2])
+    trace = trace_of([40, 60, 50], actions=[1, 2, 3])
     archive.offer(trace)
     trace.clear()
     trace.append(6, 10)
@@ -53,7 +62,7 @@ def test_an_episode_longer_than_the_trace_is_never_offered() -> None:
 
 def test_restarts_are_the_share_of_episodes_at_uniform_steps_of_the_trajectory() -> None:
     archive = FrontierArchive(0.3, np.random.default_rng(1))
-    archive.offer(trace_of(list(range(10, 60))))  # 50 steps, furthest at the last
+    archive.offer(trace_of(list(range(10, 61))))  # 51 steps: 50 before the one that ended it
     draws = np.array([archive.draw_restart() for _ in range(50_000)])
     restarts = draws[draws > 0]
     assert abs(len(restarts) / len(draws) - 0.3) < 0.01  # binomial sd 0.002

@@ -111,6 +111,8 @@ def test_a_collector_returns_to_its_furthest_trajectory_by_replay(tmp_path) -> N
     frontier = [s.replayed_steps for s in summaries if s.replayed_steps > 0]
     assert len(frontier) >= FRONTIER_EPISODES
     assert frontier_start_x > level_start_x > 0  # some episode started well into the level
+    log = tmp_path / "collector.log"
+    assert "ended the episode" not in (log.read_text() if log.exists() else "")  # every return reached a live state
     # Every replayed step cost frame_skip frames; the episode running at the stop may add its
     # prefix, drawn from the trajectory every finished episode had offered.
     assert replayed_frames >= cfg.frame_skip * sum(frontier)
