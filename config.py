@@ -159,6 +159,10 @@ class Config:
     collector replays the recorded actions to get there: replayed_frames counts the cost).
     0 = off; needs a fixed-stage or full-game Mario id. Evaluation always starts at the
     level's start."""
+    frontier_point_episodes: int = 1
+    """Frontier starts from each point before the env draws a new one: 1 replays the
+    trajectory for every frontier start; more keep the point in a second emulator per env
+    and restore it (a new point costs a start screen, ~220 frames, and the replay once)."""
 
     # --- compute -----------------------------------------------------------------------
     device: str = "auto"
@@ -259,6 +263,7 @@ SAVED_BEFORE: dict[str, Any] = {
     "exploration": "epsilon",
     "epsilon_schedule": "linear",
     "frontier_start_share": 0.0,
+    "frontier_point_episodes": 1,
 }
 FIELD_TYPES: dict[str, str] = {f.name: str(f.type) for f in fields(Config)}
 

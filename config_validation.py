@@ -95,6 +95,7 @@ def validate(cfg: Config) -> None:
         "eval_max_steps",
         "priority_beta_frames",
         "ez_max_steps",
+        "frontier_point_episodes",
     ):
         positive(name)
     for name in (

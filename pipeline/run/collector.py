@@ -26,9 +26,11 @@ at all: the actions do not depend on it, which saves CPU early in training.
 
 With ``frontier_start_share`` > 0 a share of episodes start at a point of the collector's
 furthest trajectory so far (:mod:`~pipeline.learning.frontier`): the env resets as usual
-and replays the recorded actions up to that point; only what follows is recorded, as an
-episode of its own (a START record, no previous action), and the replayed frames are
-counted in the home slot's ``replayed_frames``.
+and replays the recorded actions up to that point (with ``frontier_point_episodes`` > 1,
+on its second emulator, which saves the point and restores it for that many episodes);
+only what follows is recorded, as an episode of its own (a START record, no previous
+action), and the frames stepped to get there are counted in the home slot's
+``replayed_frames``.
 """
 
 from __future__ import annotations
@@ -133,6 +135,8 @@ class EnvStream:
         self.preprocess_done_ns = 0  # preprocessing time of envs of this stream already replaced
         self.trace: EpisodeTrace | None = None  # the episode's actions from the level's start
         self.replayed_steps = 0  # steps replayed to this episode's start point
+        self.point_trace: EpisodeTrace | None = None  # the trace up to the point its env saved
+        self.point_uses_left = 0  # frontier starts left from that point
 
 
 class Collector:
@@ -197,6 +201,7 @@ class Collector:
             self.frontier = FrontierArchive(self.cfg.frontier_start_share, self.rng)
             for stream in self.streams:
                 stream.trace = EpisodeTrace(self.cfg.max_episode_steps or MAX_TRACE_STEPS)
+                stream.point_trace = EpisodeTrace(self.cfg.max_episode_steps or MAX_TRACE_STEPS)
         self.replay_mismatch_logged = False
         self.loader = StateLoader(self.model)
         if self.loader.num_floats != self.weights.num_floats:
@@ -281,6 +286,7 @@ class Collector:
             pass
         stream.env = self._build_env(stream.seed)
         stream.needs_reset = True
+        stream.point_uses_left = 0  # the new env has no point saved
 
     def _maybe_inject_fault(self, steps: int) -> None:
         """Reliability tests only: raise inside env stepping as a broken emulator would."""
@@ -310,19 +316,32 @@ class Collector:
         return True
 
     def _go_to_frontier(self, stream: EnvStream, obs: np.ndarray) -> np.ndarray:
-        """Maybe replay a prefix of the furthest trajectory from the level's start; return the
-        observation the episode starts from.
+        """Maybe start the episode at a point of the furthest trajectory; return the
+        observation it starts from.
 
-        The replayed steps go into the env's trace (the episode is still counted from the
-        level's start) and their frames into ``replayed_frames``; none is recorded. Should
-        the replay end an episode (the stage did not replay the same way), the env starts
-        at the level's start instead.
+        A new point is reached by replaying a prefix of the trajectory from the level's
+        start (on the env's point emulator when points are kept for several episodes);
+        a kept point is restored. The prefix goes into the env's trace (the episode is
+        still counted from the level's start), the frames stepped into
+        ``replayed_frames``; none is recorded. Should the replay end an episode (the stage
+        did not replay the same way), the env starts at the level's start instead.
         """
-        assert self.frontier is not None and stream.trace is not None
+        assert self.frontier is not None and stream.trace is not None and stream.point_trace is not None
         steps = self.frontier.draw_restart()
         if steps == 0:
             return obs
         env, trace = stream.env, stream.trace
+        keep_points = self.cfg.frontier_point_episodes > 1
+        if keep_points and stream.point_uses_left > 0:
+            stream.point_uses_left -= 1
+            trace.copy_from(stream.point_trace)
+            stream.replayed_steps = trace.length
+            return env.reset(options={"start": "point"})[0]
+        if keep_points:
+            env.reset(options={"start": "new_point"})
+            inner = env.unwrapped
+            self.counters.replayed_frames += inner.point_frames  # the start screen, after a power cycle
+            inner.point_frames = 0
         for action in self.frontier.actions[:steps].tolist():
             obs, _, terminated, truncated, info = env.step(action)
             self.counters.replayed_frames += self.cfg.frame_skip
@@ -338,9 +357,15 @@ class Collector:
                         trace.length,
                     )
                 trace.clear()
-                obs, _ = env.reset()
-                return obs
+                return env.reset()[0]
         stream.replayed_steps = steps
+        if keep_points:
+            env.unwrapped.save_point()
+            stream.point_trace.copy_from(trace)
+            stream.point_uses_left = self.cfg.frontier_point_episodes - 1
+            # From the point just saved: the wrappers' counters start afresh, as for every
+            # later episode from it.
+            obs = env.reset(options={"start": "point"})[0]
         return obs
 
     def _preprocess_total(self) -> int:

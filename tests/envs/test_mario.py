@@ -180,3 +180,54 @@ def test_gymnasium_env_checker_passes_without_warnings(env_id: str) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         check_env(env, skip_render_check=True)
+
+
+def test_a_saved_point_is_restored_and_the_level_start_is_kept() -> None:
+    """The second emulator holds a point; the level's own snapshot is untouched."""
+    env = MarioEnv("SuperMarioBros-1-1-v0")
+    try:
+        level_obs, level_info = env.reset()
+        with pytest.raises(RuntimeError, match="before any save_point"):
+            env.reset(options={"start": "point"})
+        with pytest.raises(RuntimeError, match="new_point"):
+            env.save_point()  # the level's emulator is active
+        with pytest.raises(ValueError, match="unknown start"):
+            env.reset(options={"start": "middle"})
+
+        obs, info = env.reset(options={"start": "new_point"})  # a fresh point emulator: the level's start
+        np.testing.assert_array_equal(obs, level_obs)
+        assert info == level_info and env.point_frames == 0
+        for _ in range(60):
+            obs, *_, info = env.step(RIGHT)
+        env.save_point()
+        point_obs, point_x = obs, info["x_pos"]
+        assert point_x > 100
+        for _ in range(2):  # each restore gives the point back, whatever was played after it
+            for _ in range(40):
+                env.step(RIGHT_RUN_JUMP)
+            obs, info = env.reset(options={"start": "point"})
+            np.testing.assert_array_equal(obs, point_obs)
+            assert info["x_pos"] == point_x
+        obs, info = env.reset()  # the level's start is still the level's snapshot
+        np.testing.assert_array_equal(obs, level_obs)
+        assert info["x_pos"] == 40
+
+        # A new point power-cycles the point emulator past its start screen (counted), to
+        # the same level start, from where the same actions give the same frames.
+        obs, info = env.reset(options={"start": "new_point"})
+        np.testing.assert_array_equal(obs, level_obs)
+        assert 100 < env.point_frames < 1000
+        for _ in range(60):
+            obs, *_ = env.step(RIGHT)
+        np.testing.assert_array_equal(obs, point_obs)
+    finally:
+        env.close()
+
+
+def test_points_need_a_fixed_stage_or_the_full_game() -> None:
+    env = MarioEnv("SuperMarioBrosRandomStages-v0")  # builds no emulator until a reset
+    try:
+        with pytest.raises(ValueError, match="fixed stage or the full game"):
+            env.reset(options={"start": "new_point"})
+    finally:
+        env.close()

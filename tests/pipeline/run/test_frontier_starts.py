@@ -13,10 +13,13 @@ from __future__ import annotations
 
 import time
 
+import gymnasium
 import numpy as np
+import pytest
 
 from config import Config
 from envs import make_env
+from envs.wrappers import Grayscale, Resize
 from pipeline.learning.frontier import EpisodeTrace, FrontierArchive
 from pipeline.learning.policy import network_of
 from pipeline.transport import episodes as episode_channel
@@ -71,10 +74,26 @@ def split_episodes(records: np.ndarray) -> list[np.ndarray]:
     return [records[start : final + 1] for start, final in zip(starts, finals, strict=False)]
 
 
-def test_a_collector_returns_to_its_furthest_trajectory_by_replay(tmp_path) -> None:
+def restored_frame(env: gymnasium.Env) -> np.ndarray:
+    """The observation a reset to a kept point gives: its last frame alone, preprocessed (a
+    step's observation is the max over its last two frames)."""
+    frame = env.unwrapped.last_rgb
+    wrappers = []
+    while isinstance(env, gymnasium.Wrapper):
+        wrappers.append(env)
+        env = env.env
+    for wrapper in reversed(wrappers):
+        if isinstance(wrapper, (Grayscale, Resize)):
+            frame = wrapper.observation(frame)
+    return frame
+
+
+@pytest.mark.parametrize("point_episodes", [1, 3])
+def test_a_collector_returns_to_its_furthest_trajectory(tmp_path, point_episodes: int) -> None:
+    """By replay for every frontier start (1), or a kept point restored twice more (3)."""
     # Short episodes, so that many end (and offer their trajectories) within the test.
     cfg = Config(envs_per_collector=1, ring_capacity=256, no_progress_steps=40, max_episode_steps=250, seed=11)
-    cfg.frontier_start_share = 0.5
+    cfg.frontier_start_share, cfg.frontier_point_episodes = 0.5, point_episodes
     records, summaries, replayed_frames = collect(cfg, str(tmp_path / "collector.log"))
     episodes = split_episodes(records)[: len(summaries)]
     assert len(episodes) == len(summaries)
@@ -83,16 +102,26 @@ def test_a_collector_returns_to_its_furthest_trajectory_by_replay(tmp_path) -> N
     env = make_env(cfg.env_id, **cfg.env_kwargs())
     archive = FrontierArchive(0.5, np.random.default_rng(0))  # only offer() is used: the test's replica
     trace = EpisodeTrace(cfg.max_episode_steps)
+    point: np.ndarray = np.zeros(0, np.int16)  # the prefix to the env's kept point
+    new_point_steps: list[int] = []  # steps replayed for each new point
     level_start_x = frontier_start_x = 0
     try:
         for episode, summary in zip(episodes, summaries):
             steps = summary.replayed_steps
-            assert steps <= len(archive.actions)
+            if steps:
+                frontier_starts = sum(s.replayed_steps > 0 for s in summaries[: summaries.index(summary)])
+                if frontier_starts % point_episodes == 0:  # a new point, on today's trajectory
+                    assert steps <= len(archive.actions)
+                    point = archive.actions[:steps].copy()
+                    new_point_steps.append(steps)
+                assert steps == len(point)  # a kept point is used as it was made
             obs, info = env.reset()
             trace.clear()
-            for action in archive.actions[:steps].tolist():
+            for action in point[:steps].tolist():
                 obs, _, _, _, info = env.step(action)
                 trace.append(action, info["x_pos"])
+            if steps and point_episodes > 1:
+                obs = restored_frame(env)
             np.testing.assert_array_equal(obs, episode[0]["frame"])  # the START the collector wrote
             if steps:
                 frontier_start_x = max(frontier_start_x, info["x_pos"])
@@ -113,7 +142,11 @@ def test_a_collector_returns_to_its_furthest_trajectory_by_replay(tmp_path) -> N
     assert frontier_start_x > level_start_x > 0  # some episode started well into the level
     log = tmp_path / "collector.log"
     assert "ended the episode" not in (log.read_text() if log.exists() else "")  # every return reached a live state
-    # Every replayed step cost frame_skip frames; the episode running at the stop may add its
-    # prefix, drawn from the trajectory every finished episode had offered.
-    assert replayed_frames >= cfg.frame_skip * sum(frontier)
-    assert replayed_frames <= cfg.frame_skip * (sum(frontier) + len(archive.actions))
+    # Every replayed step of a new point cost frame_skip frames, and every new point after the
+    # first a start screen (~220 frames) when points are kept; the episode running at the stop
+    # may add one more point, drawn from the trajectory every finished episode had offered.
+    replay_frames = cfg.frame_skip * sum(new_point_steps)
+    start_screens = 300 * len(new_point_steps) if point_episodes > 1 else 0
+    assert replay_frames <= replayed_frames <= replay_frames + cfg.frame_skip * len(archive.actions) + start_screens
+    if point_episodes > 1:
+        assert len(new_point_steps) < len(frontier)  # some points were used again, for nothing
