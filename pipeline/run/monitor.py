@@ -450,7 +450,10 @@ class Monitor:
             ("eval x_pos mean / median", f"{f('eval_x_pos')} / {f('eval_median_x_pos')}"),
             ("eval flag rate", f("eval_flag_rate", "{:.2f}")),
         ]
-        for (lk, lv), (rk, rv) in zip(left, right):
+        if row.get("replayed_frames"):  # restarts near the frontier are on
+            left.append(("frontier starts (last 100)", f("frontier_start_share", "{:.2f}")))
+            right.append(("frames replayed to them", f("replayed_frames")))
+        for (lk, lv), (rk, rv) in zip(left, right, strict=True):
             state.add_row(lk, lv, rk, rv)
 
         phases = Table(show_header=True, header_style="bold")

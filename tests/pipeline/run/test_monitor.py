@@ -85,6 +85,25 @@ def test_live_table_shows_the_evaluator_rows(tmp_path):
     monitor.close()
 
 
+def test_frontier_starts_show_only_when_on(tmp_path):
+    monitor = Monitor(tmp_path, mode="off", interval_s=1.0, tensorboard=False)
+    try:
+        off = monitor.update(snap(1.0, 100.0))
+        on = snap(2.0, 300.0)
+        on.counters["replayed_frames"] = 4321.0
+        on.gauges["frontier_start_share"] = 0.48
+        on = monitor.update(on)
+    finally:
+        monitor.close()
+    assert "frontier" not in Monitor.log_line(off)
+    assert "frontier starts 0.48 replayed 4321 frames" in Monitor.log_line(on)
+    for row, shown in ((off, False), (on, True)):
+        out = io.StringIO()
+        Console(file=out, width=160).print(monitor._render_table(row, [], "running"))
+        assert ("frames replayed to them" in out.getvalue()) is shown
+    assert "4,321" in out.getvalue() and "0.48" in out.getvalue()
+
+
 def test_the_ray_backends_per_node_figures_show_in_the_log_line_and_the_table(tmp_path):
     from pipeline.run.monitor import NODE_GAUGES, node_gauge_key, node_positions
 
