@@ -60,6 +60,7 @@ ENV_ERROR_WINDOW_S = 60.0
 ENV_ERROR_BACKOFF_S = 5.0
 PARENT_CHECK_STEPS = 256
 MAX_TRACE_STEPS = 20_000  # longest episode kept for frontier starts when episodes are unlimited
+REPLAY_BEAT_STEPS = 32  # replayed agent steps between heartbeats (~0.1 s on a free core)
 
 
 @dataclass
@@ -303,6 +304,8 @@ class Collector:
             if stream.trace is not None:
                 stream.trace.clear()
                 obs = self._go_to_frontier(stream, obs)
+        except _Stop:
+            raise
         except Exception:  # noqa: BLE001 - see _env_failed
             self._env_failed(stream)
             return False
@@ -342,7 +345,13 @@ class Collector:
             inner = env.unwrapped
             self.counters.replayed_frames += inner.point_frames  # the start screen, after a power cycle
             inner.point_frames = 0
-        for action in self.frontier.actions[:steps].tolist():
+        for step, action in enumerate(self.frontier.actions[:steps].tolist()):
+            if step % REPLAY_BEAT_STEPS == 0:
+                # A long trajectory takes seconds to replay (more on a busy core): the
+                # supervisor must not take it for a hang, nor wait for it to stop the run.
+                self.counters.beat()
+                if self.weights.stop_requested:
+                    raise _Stop
             obs, _, terminated, truncated, info = env.step(action)
             self.counters.replayed_frames += self.cfg.frame_skip
             trace.append(action, int(info["x_pos"]))
