@@ -21,9 +21,9 @@ from that point restore it for nothing. Either way the frames are counted
 
 The archive keeps one trajectory: the action sequence from the level's start up to the
 step where its x position was greatest (before the step that ended it), of the episode
-that went furthest. A restart
-point is a uniform step of it, so every obstacle on the way is met in proportion to the
-steps the agent spent in front of it. Evaluation always starts from the level's start.
+that went furthest. A restart point is a uniform step of it, so every obstacle on the way
+is met in proportion to the steps the agent spent in front of it. Evaluation always
+starts from the level's start.
 """
 
 from __future__ import annotations

@@ -200,9 +200,9 @@ class Collector:
         self.frontier: FrontierArchive | None = None
         if self.cfg.frontier_start_share > 0:
             self.frontier = FrontierArchive(self.cfg.frontier_start_share, self.rng)
+            capacity = self.cfg.max_episode_steps or MAX_TRACE_STEPS
             for stream in self.streams:
-                stream.trace = EpisodeTrace(self.cfg.max_episode_steps or MAX_TRACE_STEPS)
-                stream.point_trace = EpisodeTrace(self.cfg.max_episode_steps or MAX_TRACE_STEPS)
+                stream.trace, stream.point_trace = EpisodeTrace(capacity), EpisodeTrace(capacity)
         self.replay_mismatch_logged = False
         self.loader = StateLoader(self.model)
         if self.loader.num_floats != self.weights.num_floats:
