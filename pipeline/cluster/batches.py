@@ -175,11 +175,20 @@ class MirrorRing:
         self.slots = [_MirrorSlot(R.SlotCounters(self.words[i])) for i in range(num_slots)]
 
     def update(self, first: int, headers: np.ndarray, received: np.ndarray) -> None:
+        """Take a node's headers; never step a counter back.
+
+        Headers arrive from pulls and from status replies, and a status reply can be
+        older than a pull processed before it (it was read on the node first): its rows
+        with a smaller ``write_seq`` than the mirror's are stale and keep the newer words;
+        the counting words only ever take the larger value.
+        """
         rows = slice(first, first + len(headers))
         words, base = self.words[rows], self.base[rows]
-        words[:] = headers
-        for word in (*CUMULATIVE_WORDS, R.WRITE_SEQ):
-            words[:, word] += base[:, word]
+        counted = [*CUMULATIVE_WORDS, R.WRITE_SEQ]
+        fresh = headers[:, R.WRITE_SEQ] + base[:, R.WRITE_SEQ] >= words[:, R.WRITE_SEQ]
+        previous = words[:, counted]  # a copy (fancy indexing)
+        words[fresh] = headers[fresh]
+        words[:, counted] = np.maximum(previous, headers[:, counted] + base[:, counted])
         words[:, R.READ_SEQ] = base[:, R.READ_SEQ] + received.astype(np.uint64)
 
     def rebase(self, first: int, count: int) -> None:

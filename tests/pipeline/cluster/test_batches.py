@@ -77,3 +77,22 @@ def test_the_mirror_reads_like_local_slots_and_carries_counts_over_a_new_incarna
     mirror.update(2, headers, received=np.array([1, 0]))
     assert (counters.frames, counters.write_seq, counters.read_seq) == (107, 33, 31)
     assert mirror.slots[3].counters.frames == 208 and mirror.slots[0].counters.frames == 0
+
+
+def test_an_older_status_reply_never_steps_the_mirror_back():
+    mirror = MirrorRing(2)
+    newer = np.zeros((2, 32), np.uint64)
+    newer[:, R.FRAMES] = (400, 500)
+    newer[:, R.WRITE_SEQ] = (100, 120)
+    newer[:, R.WEIGHTS_VERSION] = (7, 7)
+    mirror.update(0, newer, received=np.array([100, 120]))
+    # A status reply read on the node before that pull arrives after it: ring 0 is stale,
+    # ring 1 has moved on since.
+    older = np.zeros((2, 32), np.uint64)
+    older[:, R.FRAMES] = (360, 520)
+    older[:, R.WRITE_SEQ] = (90, 125)
+    older[:, R.WEIGHTS_VERSION] = (6, 8)
+    mirror.update(0, older, received=np.array([100, 120]))
+    stale, moved = (slot.counters for slot in mirror.slots)
+    assert (stale.frames, stale.write_seq, stale.read_seq, stale.weights_version) == (400, 100, 100, 7)
+    assert (moved.frames, moved.write_seq, moved.read_seq, moved.weights_version) == (520, 125, 120, 8)
