@@ -24,13 +24,33 @@ step where its x position was greatest (before the step that ended it), of the e
 that went furthest. A restart point is a uniform step of it, so every obstacle on the way
 is met in proportion to the steps the agent spent in front of it. Evaluation always
 starts from the level's start.
+
+The kept trajectory outlives its collector process: with a path (the trainer gives
+``<run>/frontier/collector-<i>.npz``) every improvement is written there atomically, and
+a collector that starts again (restarted by the supervisor, or the run resumed in a later
+session) carries on from it instead of from an empty archive. The file names the stage
+and the action set it was recorded with; one that does not match is ignored.
 """
 
 from __future__ import annotations
 
+import logging
+import zipfile
+from pathlib import Path
+
 import numpy as np
 
-__all__ = ["EpisodeTrace", "FrontierArchive"]
+from pipeline.common.files import atomic_write
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["EpisodeTrace", "FrontierArchive", "stage_signature"]
+
+
+def stage_signature(env_id: str, action_set: str, frame_skip: int) -> str:
+    """What a recorded trajectory replays the same way under: the stage, the meaning of
+    each action index, and the frames an action is held."""
+    return f"{env_id} {action_set} skip {frame_skip}"
 
 
 class EpisodeTrace:
@@ -72,15 +92,67 @@ class FrontierArchive:
     Args:
         share: probability that an episode starts from a restart point (0 disables).
         rng: the collector's generator.
+        path: where the trajectory is kept across processes ("" keeps it in memory only).
+        recorded_with: what the trajectory is only valid for (stage, action set, frame
+            skip), stored beside it and checked when it is loaded.
+        log: where a file that cannot be read or written is reported (the collector's log).
     """
 
-    def __init__(self, share: float, rng: np.random.Generator) -> None:
+    def __init__(
+        self,
+        share: float,
+        rng: np.random.Generator,
+        path: str = "",
+        recorded_with: str = "",
+        log: logging.Logger = logger,
+    ) -> None:
         if not 0.0 <= share < 1.0:
             raise ValueError(f"restart share must be in [0, 1), got {share!r}")
         self.share = share
         self.rng = rng
         self.actions = np.zeros(0, np.int16)  # the best trajectory, up to its furthest x
         self.best_x = -1
+        self.path = Path(path) if path else None
+        self.recorded_with = recorded_with
+        self.save_failed = False  # a failed write is logged once; the archive goes on in memory
+        self.log = log
+        if self.path is not None:
+            self._load()
+
+    def _load(self) -> None:
+        assert self.path is not None
+        if not self.path.exists():
+            return
+        try:
+            with np.load(self.path) as kept:
+                recorded_with = str(kept["recorded_with"])
+                actions, best_x = kept["actions"].astype(np.int16), int(kept["best_x"])
+        except (OSError, ValueError, KeyError, zipfile.BadZipFile) as exc:
+            self.log.warning("frontier trajectory %s unreadable (%s); starting with none", self.path, exc)
+            return
+        if recorded_with != self.recorded_with:
+            self.log.warning(
+                "frontier trajectory %s was recorded with %r, not %r; starting with none",
+                self.path,
+                recorded_with,
+                self.recorded_with,
+            )
+            return
+        self.actions, self.best_x = actions, best_x
+
+    def _save(self) -> None:
+        if self.path is None:
+            return
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            with atomic_write(self.path) as handle:
+                np.savez(handle, actions=self.actions, best_x=self.best_x, recorded_with=self.recorded_with)
+        except OSError as exc:
+            if not self.save_failed:
+                self.save_failed = True
+                self.log.warning(
+                    "could not keep the frontier trajectory in %s (%s); it stays in memory", self.path, exc
+                )
 
     def offer(self, trace: EpisodeTrace) -> bool:
         """Keep the finished episode ``trace`` if it went further than the kept trajectory;
@@ -97,6 +169,7 @@ class FrontierArchive:
             return False
         self.best_x = int(x_pos[furthest])
         self.actions = trace.actions[: furthest + 1].copy()
+        self._save()
         return True
 
     def draw_restart(self) -> int:

@@ -46,7 +46,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from config import Config
-from pipeline.learning.frontier import EpisodeTrace, FrontierArchive
+from pipeline.learning.frontier import EpisodeTrace, FrontierArchive, stage_signature
 from pipeline.transport import episodes as episode_channel
 from pipeline.transport import ring as R
 from pipeline.transport.records import FLAG_FINAL, FLAG_START, FLAG_TERMINATED, FLAG_TRUNCATED
@@ -78,6 +78,9 @@ class CollectorArgs:
     # "crash_always" (raises while starting, on every start).
     fault: str = ""
     slots: tuple[int, ...] = ()  # ring slots of its envs, the home slot first (default: (slot,))
+    # Where the furthest trajectory of frontier starts is kept across restarts and resumes
+    # ("" keeps it in memory: it is lost with the process).
+    frontier_path: str = ""
 
 
 class _Stop(Exception):
@@ -199,7 +202,13 @@ class Collector:
         # Restarts near the frontier: the collector's furthest trajectory, each env's trace.
         self.frontier: FrontierArchive | None = None
         if self.cfg.frontier_start_share > 0:
-            self.frontier = FrontierArchive(self.cfg.frontier_start_share, self.rng)
+            self.frontier = FrontierArchive(
+                self.cfg.frontier_start_share,
+                self.rng,
+                path=args.frontier_path,
+                recorded_with=stage_signature(self.cfg.env_id, self.cfg.action_set, self.cfg.frame_skip),
+                log=logger,
+            )
             capacity = self.cfg.max_episode_steps or MAX_TRACE_STEPS
             for stream in self.streams:
                 stream.trace, stream.point_trace = EpisodeTrace(capacity), EpisodeTrace(capacity)

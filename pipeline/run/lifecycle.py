@@ -20,6 +20,7 @@ import contextlib
 import json
 import logging
 import os
+import shutil
 import signal
 import threading
 import time
@@ -150,6 +151,9 @@ class TrainerLifecycle:
         self.lock = check_machine_and_lock(cfg, root, self.num_actions)  # before anything is created
         self.paths = RunPaths(root)
         self.paths.make()
+        if not cfg.resume:
+            # A fresh run in a reused directory must not start from an earlier run's frontier.
+            shutil.rmtree(self.paths.frontier, ignore_errors=True)
         self.hooks.enter_context(self.write_failures.writer_threads(self.paths.root))
         self.checkpoints = RunCheckpoints(self.paths.checkpoints, cfg.keep_checkpoints)
         self.checkpoints.last_good = self.resume_path
@@ -253,6 +257,7 @@ class TrainerLifecycle:
             parent_pid=os.getpid(),
             log_path=str(self.paths.logs / f"collector-{slot}.log"),
             slots=self._slots_of(slot),
+            frontier_path=str(self.paths.frontier / f"collector-{slot}.npz"),
         )
 
     def _insert(self, stream: int, records: np.ndarray) -> None:

@@ -63,6 +63,11 @@ class RunPaths:
     def logs(self) -> Path:
         return self.root / "logs"
 
+    @property
+    def frontier(self) -> Path:
+        """Each collector's furthest trajectory (frontier starts), kept for a resume."""
+        return self.root / "frontier"
+
     def make(self) -> None:
         self.checkpoints.mkdir(parents=True, exist_ok=True)
         self.logs.mkdir(parents=True, exist_ok=True)

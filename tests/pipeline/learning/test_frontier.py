@@ -104,3 +104,40 @@ def test_a_fixed_stage_replays_the_same_way_from_the_same_actions() -> None:
                 np.testing.assert_array_equal(obs, frame)
     finally:
         env.close()
+
+
+def test_the_trajectory_is_kept_on_disk_and_a_new_archive_carries_on_from_it(tmp_path) -> None:
+    path = tmp_path / "frontier" / "collector-0.npz"  # the folder is made on the first save
+    first = FrontierArchive(0.5, np.random.default_rng(0), str(path), "1-1 simple skip 4")
+    assert first.offer(trace_of([40, 60, 90, 80], actions=[1, 2, 3, 4]))
+    again = FrontierArchive(0.5, np.random.default_rng(1), str(path), "1-1 simple skip 4")
+    assert again.best_x == 90
+    np.testing.assert_array_equal(again.actions, [1, 2, 3])
+    assert again.draw_restart() in (0, 1, 2, 3)
+    assert not again.offer(trace_of([40, 85, 70]))  # not further than the kept one
+    assert again.offer(trace_of([50, 120, 60], actions=[6, 6, 0]))
+    np.testing.assert_array_equal(
+        FrontierArchive(0.5, np.random.default_rng(2), str(path), "1-1 simple skip 4").actions, [6, 6]
+    )
+    assert [p.name for p in path.parent.iterdir()] == ["collector-0.npz"]  # no temporary file left
+
+
+def test_a_trajectory_of_another_stage_or_an_unreadable_file_is_not_used(tmp_path, caplog) -> None:
+    path = tmp_path / "collector-0.npz"
+    FrontierArchive(0.5, np.random.default_rng(0), str(path), "1-1 simple skip 4").offer(trace_of([40, 60, 50]))
+    other = FrontierArchive(0.5, np.random.default_rng(0), str(path), "1-2 simple skip 4")
+    assert other.best_x == -1 and len(other.actions) == 0
+    assert "recorded with '1-1 simple skip 4', not '1-2 simple skip 4'" in caplog.text
+    path.write_bytes(b"not an archive")
+    broken = FrontierArchive(0.5, np.random.default_rng(0), str(path), "1-1 simple skip 4")
+    assert broken.best_x == -1 and "unreadable" in caplog.text
+
+
+def test_a_failed_write_is_reported_once_and_the_archive_goes_on_in_memory(tmp_path, caplog) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    archive = FrontierArchive(0.5, np.random.default_rng(0), str(blocker / "collector-0.npz"), "1-1 simple skip 4")
+    assert archive.offer(trace_of([40, 60, 50], actions=[1, 2, 3]))
+    assert archive.offer(trace_of([40, 70, 50], actions=[4, 5, 6]))
+    np.testing.assert_array_equal(archive.actions, [4, 5])
+    assert caplog.text.count("could not keep the frontier trajectory") == 1

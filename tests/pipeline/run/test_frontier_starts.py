@@ -20,7 +20,7 @@ import pytest
 from config import Config
 from envs import make_env
 from envs.wrappers import Grayscale, Resize
-from pipeline.learning.frontier import EpisodeTrace, FrontierArchive
+from pipeline.learning.frontier import EpisodeTrace, FrontierArchive, stage_signature
 from pipeline.learning.policy import network_of
 from pipeline.transport import episodes as episode_channel
 from pipeline.transport.records import FLAG_FINAL, FLAG_START
@@ -31,14 +31,18 @@ TAG = P.new_tag("frontier")
 FRONTIER_EPISODES = 4  # episodes started near the frontier to collect
 
 
-def collect(cfg: Config, log_path: str) -> tuple[np.ndarray, list[episode_channel.EpisodeSummary], int]:
+def collect(
+    cfg: Config, log_path: str, frontier_path: str
+) -> tuple[np.ndarray, list[episode_channel.EpisodeSummary], int]:
     """Run one collector until it finished FRONTIER_EPISODES frontier episodes; return its
     records, its episode summaries and its replayed-frames counter."""
     net = network_of(cfg, 7).eval()
     chunks: list[np.ndarray] = []
     summaries: list[episode_channel.EpisodeSummary] = []
     # Random actions (epsilon 1): varied trajectories.
-    with one_collector(cfg, net, tag=TAG, log_path=log_path, epsilon=1.0, heartbeat_timeout_s=120.0) as (
+    with one_collector(
+        cfg, net, tag=TAG, log_path=log_path, epsilon=1.0, heartbeat_timeout_s=120.0, frontier_path=frontier_path
+    ) as (
         ring,
         weights,
         supervisor,
@@ -94,7 +98,8 @@ def test_a_collector_returns_to_its_furthest_trajectory(tmp_path, point_episodes
     # Short episodes, so that many end (and offer their trajectories) within the test.
     cfg = Config(envs_per_collector=1, ring_capacity=256, no_progress_steps=40, max_episode_steps=250, seed=11)
     cfg.frontier_start_share, cfg.frontier_point_episodes = 0.5, point_episodes
-    records, summaries, replayed_frames = collect(cfg, str(tmp_path / "collector.log"))
+    kept = tmp_path / "frontier" / "collector-0.npz"
+    records, summaries, replayed_frames = collect(cfg, str(tmp_path / "collector.log"), str(kept))
     episodes = split_episodes(records)[: len(summaries)]
     assert len(episodes) == len(summaries)
     assert summaries[0].replayed_steps == 0  # nothing to return to yet
@@ -150,3 +155,10 @@ def test_a_collector_returns_to_its_furthest_trajectory(tmp_path, point_episodes
     assert replay_frames <= replayed_frames <= replay_frames + cfg.frame_skip * len(archive.actions) + start_screens
     if point_episodes > 1:
         assert len(new_point_steps) < len(frontier)  # some points were used again, for nothing
+    # The collector kept its trajectory on disk: a collector started again (restarted, or
+    # the run resumed) carries on from the one every finished episode had offered.
+    reloaded = FrontierArchive(
+        0.5, np.random.default_rng(0), str(kept), stage_signature(cfg.env_id, cfg.action_set, cfg.frame_skip)
+    )
+    assert reloaded.best_x == archive.best_x > 0
+    np.testing.assert_array_equal(reloaded.actions, archive.actions)
