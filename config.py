@@ -224,14 +224,16 @@ class Config:
 
     # --- evaluation during training ------------------------------------------------------
     eval_interval_s: float = 120.0
-    """Seconds between greedy evaluations of the latest weights by the evaluator process (0 = none)."""
-    eval_episodes: int = 1
-    """Episodes per evaluation, each from a seed of its own (greedy on a fixed stage, 1 suffices:
-    it is deterministic; with eval_epsilon 0.05, 20 is the learning benchmark's protocol)."""
+    """Seconds between evaluations of the latest weights by the evaluator process (0 = none)."""
+    eval_episodes: int = 10
+    """Episodes per evaluation, each from a seed of its own, at eval_epsilon (the field's way
+    of judging a policy; the learning benchmark plays 20). With eval_epsilon > 0 one greedy
+    episode is played beside them (what ``play`` shows)."""
     eval_max_steps: int = 2000
     """Agent steps after which an evaluation episode is cut."""
-    eval_epsilon: float = 0.0
-    """Probability of a random action in the evaluator's episodes (0 = greedy)."""
+    eval_epsilon: float = 0.05
+    """Probability of a random action in the evaluator's episodes (0 = greedy: on a fixed
+    stage a greedy policy plays the same episode from every seed)."""
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -272,8 +274,9 @@ FIELD_TYPES: dict[str, str] = {f.name: str(f.type) for f in fields(Config)}
 # that is cheap to spare (about 7 KB per transition).
 PRESETS: dict[str, dict[str, Any]] = {
     # On 2 saturated cores an evaluation's CPU comes out of training (it slows the learner,
-    # and collection follows through the replay ratio): every 120 s cost ~2.5 % of the
-    # frames (bench, evaluator part), every 300 s ~1 %.
+    # and collection follows through the replay ratio): one greedy episode every 120 s cost
+    # ~2.5 % of the frames (bench, evaluator part), every 300 s ~1 %; an evaluation is now
+    # 10 episodes at epsilon 0.05 and the greedy one, so the interval is longer.
     "cpu": dict(
         num_processes=2,
         batch_size=32,
@@ -284,7 +287,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         device="cpu",
         learner_threads=1,
         ring_capacity=512,
-        eval_interval_s=300.0,
+        eval_interval_s=900.0,
     ),
     "laptop": dict(num_processes=4, batch_size=64, replay_capacity=200_000, replay_ratio=4.0, device="auto"),
     "desktop": dict(

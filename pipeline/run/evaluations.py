@@ -11,12 +11,13 @@ An evaluator that dies is reported once; training goes on without it.
 from __future__ import annotations
 
 import logging
+import math
 from pathlib import Path
 from typing import Any
 
 from config import Config
 from pipeline.run.evaluator import Evaluator
-from pipeline.run.monitor import EVAL_RESULT_FIELDS, Monitor
+from pipeline.run.monitor import EVAL_GAUGES, EVAL_RESULT_FIELDS, Monitor
 from pipeline.run.procstats import process_stats
 
 logger = logging.getLogger("mario.trainer")
@@ -27,9 +28,10 @@ def announcement(result: dict[str, Any]) -> str:
     episodes = int(result.get("episodes", 1))
     epsilon = float(result.get("epsilon", 0.0))
     how = f"{episodes} episode(s) " + ("greedy" if epsilon == 0 else f"at epsilon {epsilon:g}")
+    greedy = f", greedy {result['greedy_x_pos']}" if "greedy_x_pos" in result and epsilon > 0 else ""
     return (
         f"evaluation of weights v{result['weights_version']} (update {result['learner_step']}, {how}): "
-        f"x_pos mean {result['mean_x_pos']:.0f} median {result['median_x_pos']:.0f}, "
+        f"x_pos mean {result['mean_x_pos']:.0f} median {result['median_x_pos']:.0f}{greedy}, "
         f"flag rate {result['flag_rate']:.2f}, return {result['mean_return']:.1f}"
     )
 
@@ -42,6 +44,9 @@ class Evaluations:
         self.last: dict[str, Any] | None = None  # the newest evaluation result
         self.count = 0
         self.seconds = {"wall": 0.0, "cpu": 0.0}  # summed over this process's evaluations
+        # Training frames when the first evaluation with a flag was taken (this process's
+        # evaluations: a resumed run counts from its resume).
+        self.first_flag_frames: float = float("nan")
         self._exit_reported = False
 
     def start(self, cfg: Config, run_root: Path, weights_name: str, monitor: Monitor) -> None:
@@ -61,10 +66,12 @@ class Evaluations:
             f"best video in {run_root / 'videos'}"
         )
 
-    def poll(self, monitor: Monitor | None, *, stopping: bool, log_path: Path) -> None:
+    def poll(self, monitor: Monitor | None, *, stopping: bool, log_path: Path, frames: float = float("nan")) -> None:
         """Take finished evaluations (never blocks); report a dead evaluator once.
 
-        While the run is ``stopping`` the evaluator exits on purpose, so that is not reported.
+        ``frames`` is the run's frame count now: the first evaluation with a flag is dated by
+        it (to within one monitor tick). While the run is ``stopping`` the evaluator exits on
+        purpose, so that is not reported.
         """
         if self.evaluator is None:
             return
@@ -73,6 +80,8 @@ class Evaluations:
             self.last = result
             self.seconds["wall"] += float(result.get("eval_s", 0.0))
             self.seconds["cpu"] += float(result.get("cpu_s", 0.0))
+            if result.get("flag_rate", 0.0) > 0 and math.isnan(self.first_flag_frames):
+                self.first_flag_frames = float(frames)
             if monitor is not None:
                 best = f"; new best -> {result['video']}" if result.get("video") else ""
                 monitor.announce(announcement(result) + best)
@@ -90,10 +99,12 @@ class Evaluations:
         process's CPU and memory when there is one."""
         last = self.last or {}
         nan = float("nan")
-        gauges = {"evaluations": float(self.count)}
-        gauges.update({gauge: float(last.get(field, nan)) for gauge, field in EVAL_RESULT_FIELDS.items()})
-        gauges["eval_wall_s_total"] = self.seconds["wall"]
-        gauges["eval_cpu_s_total"] = self.seconds["cpu"]
+        values = {gauge: float(last.get(field, nan)) for gauge, field in EVAL_RESULT_FIELDS.items()}
+        values["evaluations"] = float(self.count)
+        values["eval_first_flag_frames"] = self.first_flag_frames
+        values["eval_wall_s_total"] = self.seconds["wall"]
+        values["eval_cpu_s_total"] = self.seconds["cpu"]
+        gauges = {gauge: values[gauge] for gauge in EVAL_GAUGES}
         if self.evaluator is not None:
             stats = process_stats(self.evaluator.pid if self.evaluator.alive else None)
             gauges["evaluator_cpu_pct"] = stats["cpu_pct"]

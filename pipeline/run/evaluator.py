@@ -4,8 +4,10 @@ One long-lived ``spawn`` process (started once, never one per evaluation) reads 
 weights the learner publishes to the shared-memory weights block, exactly as a
 collector does (:class:`pipeline.transport.weights.WeightsBlock` + :class:`StateLoader`), and every
 ``interval_s`` seconds plays ``episodes`` episodes at ``epsilon`` (``eval_episodes`` and
-``eval_epsilon``; 0 is greedy; at most ``max_steps`` agent steps each) with them; the
-first evaluation comes one interval after the process starts. Weights that were already
+``eval_epsilon``, by default 10 at 0.05; at most ``max_steps`` agent steps each) with them,
+and beside them, when epsilon is above 0, the greedy episode (``greedy_x_pos``: what
+``python main.py play`` shows); the first evaluation comes one interval after the process
+starts. Weights that were already
 evaluated are not evaluated again. Results (mean and median x_pos, flag rate, return,
 ...) go back through a ``multiprocessing`` queue, which the learner drains with
 :meth:`Evaluator.poll` without ever blocking; this channel is off the hot path (one
@@ -151,8 +153,9 @@ class Evaluator:
 
         Each is a dict with ``weights_version``, ``learner_step``, ``mean_return``,
         ``mean_x_pos``, ``median_x_pos``, ``max_x_pos``, ``flag_rate``, ``mean_length``,
-        ``episodes``, ``epsilon``, ``best_return``, ``new_best`` (bool), ``video`` (path of
-        the best video when this evaluation produced it, else None), ``eval_s`` (wall
+        ``episodes``, ``greedy_x_pos``, ``greedy_flag`` and ``greedy_return`` (the greedy episode), ``epsilon``,
+        ``best_return``, ``new_best`` (bool), ``video`` (path of the best video when this
+        evaluation produced it, else None), ``eval_s`` (wall
         seconds), ``cpu_s`` (CPU seconds of this process; a new best's encoding runs in an
         ffmpeg child, not counted) and ``time`` (Unix time).
         """
@@ -279,6 +282,12 @@ class _Worker:
         self.protocol = Protocol(
             episodes=args.episodes, epsilon=args.epsilon, first_seed=self.seed0, max_steps=args.max_steps
         )
+        # The greedy episode beside the protocol's (with epsilon 0 they are greedy already).
+        self.greedy = (
+            Protocol(episodes=1, epsilon=0.0, first_seed=self.seed0, max_steps=args.max_steps)
+            if args.epsilon > 0
+            else None
+        )
         self.env = build_env(self.cfg, seed=self.seed0)
         self.best_return = self._load_best()
 
@@ -348,6 +357,18 @@ class _Worker:
         )
         if episodes is None:
             return 0
+        greedy = episodes[:1]
+        if self.greedy is not None:
+            greedy = play_protocol(
+                self.env,
+                self.model,
+                self.greedy,
+                frame_stack=self.frame_stack,
+                num_actions=self.num_actions,
+                should_stop=self.should_stop,
+            )
+            if greedy is None:
+                return 0
         figures = protocol_figures(episodes)
         best = max(episodes, key=lambda e: e.ret)
         video = None
@@ -359,6 +380,9 @@ class _Worker:
             "weights_version": version,
             "learner_step": learner_step,
             **figures,
+            "greedy_x_pos": greedy[0].x_pos,
+            "greedy_flag": greedy[0].flag_get,
+            "greedy_return": greedy[0].ret,
             "epsilon": self.protocol.epsilon,
             "best_return": self.best_return,
             "new_best": new_best,
@@ -369,12 +393,13 @@ class _Worker:
         }
         self.results.put(result)
         self.logger.info(
-            "weights v%d (update %d): return %.1f, x_pos mean %.0f median %.0f, flag rate %.2f%s",
+            "weights v%d (update %d): return %.1f, x_pos mean %.0f median %.0f greedy %d, flag rate %.2f%s",
             version,
             learner_step,
             result["mean_return"],
             result["mean_x_pos"],
             result["median_x_pos"],
+            result["greedy_x_pos"],
             result["flag_rate"],
             f"; new best {best.ret:.1f} -> {video}" if new_best else "",
         )

@@ -81,6 +81,8 @@ EvalGauge = Literal[
     "eval_median_x_pos",
     "eval_max_x_pos",
     "eval_flag_rate",
+    "eval_greedy_x_pos",
+    "eval_first_flag_frames",
     "eval_length",
     "eval_best_return",
     "eval_weights_version",
@@ -99,6 +101,7 @@ EVAL_RESULT_FIELDS: Final[Mapping[EvalGauge, str]] = MappingProxyType(
         "eval_median_x_pos": "median_x_pos",
         "eval_max_x_pos": "max_x_pos",
         "eval_flag_rate": "flag_rate",
+        "eval_greedy_x_pos": "greedy_x_pos",
         "eval_length": "mean_length",
         "eval_best_return": "best_return",
         "eval_weights_version": "weights_version",
@@ -386,7 +389,8 @@ class Monitor:
                 for p in node_positions(row)
             )
             + (
-                f" | eval return {g('eval_return'):.1f} x {g('eval_x_pos'):.0f} flag {g('eval_flag_rate'):.2f}"
+                f" | eval return {g('eval_return'):.1f} x {g('eval_x_pos'):.0f} greedy {g('eval_greedy_x_pos'):.0f}"
+                f" flag {g('eval_flag_rate'):.2f}"
                 if row.get("evaluations")
                 else ""
             )
@@ -447,8 +451,14 @@ class Monitor:
             ("GPU util %", f("gpu_util_pct", "{:.0f}")),
             ("GPU mem MB", f("gpu_mem_mb")),
             ("eval return", f("eval_return", "{:.1f}")),
-            ("eval x_pos mean / median", f"{f('eval_x_pos')} / {f('eval_median_x_pos')}"),
-            ("eval flag rate", f("eval_flag_rate", "{:.2f}")),
+            (
+                "eval x_pos mean / median / greedy",
+                f"{f('eval_x_pos')} / {f('eval_median_x_pos')} / {f('eval_greedy_x_pos')}",
+            ),
+            (
+                "eval flag rate (first flag at frames)",
+                f"{f('eval_flag_rate', '{:.2f}')} ({f('eval_first_flag_frames')})",
+            ),
         ]
         if row.get("replayed_frames"):  # restarts near the frontier are on
             left.append(("frontier starts (last 100)", f("frontier_start_share", "{:.2f}")))

@@ -302,7 +302,12 @@ class Trainer(TrainerLifecycle):
             "poll_gap_ms": 1000.0 * self.consolidator.reset_gap(),
             **learning_gauges(self.learner.pop_metrics(), episodes),
         }
-        self.evaluations.poll(self.monitor, stopping=self._stopping(), log_path=self.paths.logs / "evaluator.log")
+        self.evaluations.poll(
+            self.monitor,
+            stopping=self._stopping(),
+            log_path=self.paths.logs / "evaluator.log",
+            frames=float(self.total("frames")),
+        )
         gauges.update(self.evaluations.gauges())
         gauges.update(process_gauges(collectors, self.device))
         if self.collection is not None:

@@ -134,6 +134,19 @@ def test_several_episodes_at_an_epsilon_follow_the_protocol(tmp_path, weights_bl
     expected = protocol_figures(episodes)
     assert {key: result[key] for key in expected} == expected
     assert "median_x_pos" in expected and result["flag_rate"] == expected["flag_rate"]
+    # Beside them, the greedy episode from the first seed (what `play` shows).
+    greedy = Protocol(episodes=1, epsilon=0.0, first_seed=protocol.first_seed, max_steps=60)
+    env = build_env(cfg, seed=0)
+    try:
+        with single_thread_torch():
+            (greedy_episode,) = play_protocol(env, net.eval(), greedy, frame_stack=cfg.frame_stack, num_actions=3)
+    finally:
+        env.close()
+    assert (result["greedy_return"], result["greedy_x_pos"], result["greedy_flag"]) == (
+        greedy_episode.ret,
+        greedy_episode.x_pos,
+        greedy_episode.flag_get,
+    )
 
     # The best of them (random actions and all) is the video, replayed from its seed and actions.
     best = json.loads((tmp_path / "videos" / "best.json").read_text())

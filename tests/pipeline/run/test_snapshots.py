@@ -7,6 +7,7 @@ benchmarks and users' scripts read, so they are spelled out here in full.
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -191,3 +192,30 @@ def test_the_monitor_row_derives_phase_shares_in_the_csv_order(tmp_path):
     ]
     assert row["collector_stall_pct"] == row["stall_pct"] == pytest.approx(100.0)
     assert row["learner_update_pct"] == pytest.approx(50.0)
+
+
+class _FinishedEvaluations:
+    """What an evaluator process hands over: a list of results per poll, then nothing."""
+
+    exitcode = None
+
+    def __init__(self, batches: list[list[dict]]) -> None:
+        self.batches = batches
+
+    def poll(self) -> list[dict]:
+        return self.batches.pop(0) if self.batches else []
+
+
+def test_the_first_evaluation_with_a_flag_is_dated_in_frames():
+    evaluations = Evaluations()
+    flagless = {"flag_rate": 0.0, "mean_x_pos": 900.0, "greedy_x_pos": 722, "weights_version": 1}
+    flagged = {"flag_rate": 0.1, "mean_x_pos": 2100.0, "greedy_x_pos": 3161, "weights_version": 2}
+    evaluations.evaluator = _FinishedEvaluations([[flagless], [flagged], [flagless | {"weights_version": 3}]])
+    evaluations.poll(None, stopping=False, log_path=Path("evaluator.log"), frames=100_000.0)
+    assert math.isnan(evaluations.first_flag_frames)
+    for frames in (200_000.0, 300_000.0):
+        evaluations.poll(None, stopping=False, log_path=Path("evaluator.log"), frames=frames)
+    evaluations.evaluator = None  # no process to read CPU and memory of
+    gauges = evaluations.gauges()
+    assert gauges["eval_first_flag_frames"] == 200_000.0  # not moved by a later evaluation
+    assert (gauges["evaluations"], gauges["eval_greedy_x_pos"], gauges["eval_flag_rate"]) == (3.0, 722.0, 0.0)
