@@ -223,7 +223,7 @@ class Config:
     dies leaves its place to the next node that joins."""
 
     # --- evaluation during training ------------------------------------------------------
-    eval_interval_s: float = 120.0
+    eval_interval_s: float = 300.0
     """Seconds between evaluations of the latest weights by the evaluator process (0 = none)."""
     eval_episodes: int = 10
     """Episodes per evaluation, each from a seed of its own, at eval_epsilon (the field's way

@@ -9,7 +9,7 @@ Tasks on the loop (uvloop when installed):
 - supervisor: restarts collectors that die or hang; periodic checkpoints.
 
 Beside the collectors, an evaluator process (:mod:`pipeline.run.evaluator`, when
-``eval_interval_s > 0``) plays greedy episodes with the published weights every
+``eval_interval_s > 0``) plays the evaluation protocol with the published weights every
 ``eval_interval_s``; the monitor tick collects its results without blocking and shows
 them as the ``eval_*`` gauges (table, CSV, TensorBoard).
 
