@@ -3,8 +3,9 @@
 Figures (written to ``--out``, default ``RUN_DIR/plots``):
 
 * ``returns.png``     episode return and x position (means of the last 100 episodes)
-  against frames; the evaluator's greedy figures (``eval_return`` / ``eval_x_pos``)
-  are drawn too when the CSV has them, one marker per evaluation;
+  against frames; the evaluator's figures (``eval_return`` / ``eval_x_pos``, the mean
+  of its episodes, and ``eval_greedy_x_pos``, its greedy episode) are drawn too when the
+  CSV has them, one marker per evaluation;
 * ``flag_rate.png``   share of episodes that reached the flag, against frames;
 * ``throughput.png``  frames/s and updates/s against wall time (``time_s``);
 * ``learning.png``    loss and mean Q against frames.
@@ -40,11 +41,16 @@ class Panel:
 
 
 TRAINING = "training (mean of last 100 episodes)"
-EVALUATION = "evaluation (greedy)"
+EVALUATION = "evaluation (mean of its episodes)"
+GREEDY = "evaluation's greedy episode"
 FIGURES: dict[str, tuple[Panel, ...]] = {
     "returns.png": (
         Panel("episode return", (("episode_return", TRAINING), ("eval_return", EVALUATION)), "return"),
-        Panel("x position at the episode's end", (("episode_x_pos", TRAINING), ("eval_x_pos", EVALUATION)), "x_pos"),
+        Panel(
+            "x position at the episode's end",
+            (("episode_x_pos", TRAINING), ("eval_x_pos", EVALUATION), ("eval_greedy_x_pos", GREEDY)),
+            "x_pos",
+        ),
     ),
     "flag_rate.png": (
         Panel("flag rate", (("flag_rate", TRAINING), ("eval_flag_rate", EVALUATION)), "share of episodes"),
@@ -59,7 +65,7 @@ FIGURES: dict[str, tuple[Panel, ...]] = {
     ),
 }
 # Columns that only some runs have; their absence is not worth a warning.
-OPTIONAL = frozenset({"eval_return", "eval_x_pos", "eval_flag_rate"})
+OPTIONAL = frozenset({"eval_return", "eval_x_pos", "eval_greedy_x_pos", "eval_flag_rate"})
 # The monitor repeats the latest evaluation on every row; ``evaluations`` counts them,
 # so a row where it grew is the row where a new evaluation arrived.
 EVAL_COLUMNS = OPTIONAL
