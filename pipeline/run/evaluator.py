@@ -58,6 +58,7 @@ from typing import Any
 
 from config import Config
 from pipeline.common.files import atomic_write
+from pipeline.learning.policy import run_episode
 from pipeline.run.eval_protocol import EVAL_SEED_OFFSET, Protocol, play_protocol, protocol_figures
 
 __all__ = ["EVAL_SEED_OFFSET", "Evaluator", "EvaluatorArgs", "evaluator_main"]
@@ -282,12 +283,6 @@ class _Worker:
         self.protocol = Protocol(
             episodes=args.episodes, epsilon=args.epsilon, first_seed=self.seed0, max_steps=args.max_steps
         )
-        # The greedy episode beside the protocol's (with epsilon 0 they are greedy already).
-        self.greedy = (
-            Protocol(episodes=1, epsilon=0.0, first_seed=self.seed0, max_steps=args.max_steps)
-            if args.epsilon > 0
-            else None
-        )
         self.env = build_env(self.cfg, seed=self.seed0)
         self.best_return = self._load_best()
 
@@ -357,17 +352,18 @@ class _Worker:
         )
         if episodes is None:
             return 0
-        greedy = episodes[:1]
-        if self.greedy is not None:
-            greedy = play_protocol(
+        greedy = episodes[0]
+        if self.protocol.epsilon > 0:  # the greedy episode beside them (at 0 they are greedy already)
+            greedy = run_episode(
                 self.env,
                 self.model,
-                self.greedy,
                 frame_stack=self.frame_stack,
                 num_actions=self.num_actions,
+                seed=self.seed0,
+                max_steps=self.protocol.max_steps,
                 should_stop=self.should_stop,
             )
-            if greedy is None:
+            if self.should_stop():
                 return 0
         figures = protocol_figures(episodes)
         best = max(episodes, key=lambda e: e.ret)
@@ -380,9 +376,9 @@ class _Worker:
             "weights_version": version,
             "learner_step": learner_step,
             **figures,
-            "greedy_x_pos": greedy[0].x_pos,
-            "greedy_flag": greedy[0].flag_get,
-            "greedy_return": greedy[0].ret,
+            "greedy_x_pos": greedy.x_pos,
+            "greedy_flag": greedy.flag_get,
+            "greedy_return": greedy.ret,
             "epsilon": self.protocol.epsilon,
             "best_return": self.best_return,
             "new_best": new_best,
