@@ -107,6 +107,10 @@ class Config:
     target_tau: float = 0.0
     """Moving-average target: after every update, target += tau * (online - target), BatchNorm
     statistics included (0 = a full copy every target_sync_updates instead)."""
+    advantage_learning: float = 0.0
+    """Advantage learning's alpha (Bellemare et al. 2016): the target of a non-greedy action
+    is lowered by alpha times its gap to the best action under the target net, widening the
+    action gaps without changing the greedy action (0 = plain Double DQN; the paper: 0.9)."""
     reset_interval_updates: int = 0
     """Shrink-and-perturb the online network every this many updates (0 = never)."""
     reset_shrink: float = 0.8

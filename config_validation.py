@@ -156,6 +156,10 @@ def validate(cfg: Config) -> None:
     ):
         if not 0.0 <= getattr(cfg, name) <= 1.0:
             problems.append(_problem(name, getattr(cfg, name), "must be in [0, 1]", f"use e.g. {example}"))
+    if not 0.0 <= cfg.advantage_learning < 1.0:
+        problems.append(
+            _problem("advantage_learning", cfg.advantage_learning, "must be in [0, 1)", "use 0.9, or 0 for off")
+        )
     if not 0.0 <= cfg.frontier_start_share < 1.0:
         problems.append(
             _problem(

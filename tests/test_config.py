@@ -77,6 +77,7 @@ def test_describe_lists_every_field_with_its_source():
         ({"eval_interval_s": -5.0}, "eval_interval_s", ">= 0"),
         ({"eval_interval_s": float("inf")}, "eval_interval_s", "finite"),
         ({"eval_episodes": 0}, "eval_episodes", ">= 1"),
+        ({"advantage_learning": 1.0}, "advantage_learning", "[0, 1)"),
         ({"frontier_start_share": 1.0}, "frontier_start_share", "[0, 1)"),
         ({"frontier_start_share": 0.5}, "frontier_start_share", "Catch"),  # the tiny preset's env
         (

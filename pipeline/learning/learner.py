@@ -11,6 +11,12 @@ One ``Learner.update(batch)`` is one optimizer step:
 
    ``discount`` comes from the replay already holding ``gamma**k`` (0 when the n-step
    window hit a terminal state), so the learner has no discount factor of its own.
+   With ``advantage_learning`` = alpha > 0 the target becomes Bellemare et al.'s (2016)
+   advantage-learning operator, ``target - alpha * (max_b Q_target(s, b) - Q_target(s, a))``:
+   every action other than the best is pushed down by alpha times its current gap, which
+   widens the gaps between actions without changing which one is best. (Mario's gaps are
+   ~1 % of Q, so small errors of Q flip the greedy action; see docs/learning.md.) Both
+   states go through the target net as one batch.
 3. The masked Huber loss ``sum(w * huber(Q_online(s, a), target)) / max(sum(w), 1)``,
    optionally as ``grad_accum`` micro-batches whose gradients accumulate; every micro
    loss is divided by the *full* batch's weight sum so the accumulated gradient is the
@@ -121,6 +127,7 @@ class LearnerSettings:
     prev_action_input: bool = False  # the network also sees the previous action (QNetwork)
     augment_pad: int = 0  # random-shift augmentation of obs and next_obs (pixels; 0 = off)
     target_tau: float = 0.0  # moving-average target per update (0 = copy every target_sync_updates)
+    advantage_learning: float = 0.0  # alpha of the advantage-learning target (0 = plain Double DQN)
     reset_interval: int = 0  # shrink-and-perturb the online net every this many updates (0 = never)
     reset_shrink: float = 0.8  # kept fraction of the weights at a reset; the rest is a fresh init
     compile: bool = True
@@ -143,6 +150,7 @@ class LearnerSettings:
             prev_action_input=cfg.prev_action_input,
             augment_pad=cfg.augment_shift,
             target_tau=cfg.target_tau,
+            advantage_learning=cfg.advantage_learning,
             reset_interval=cfg.reset_interval_updates,
             reset_shrink=cfg.reset_shrink,
             compile=compile,
@@ -254,7 +262,7 @@ class Learner:
         train-mode forward advances the online net's BatchNorm running statistics.
         """
         obs, action, ret, next_obs, discount, weight, prev, next_prev = self._batch_to_device(batch)
-        target = self._compute_targets(next_obs, next_prev, ret, discount)
+        target = self._compute_targets(next_obs, next_prev, ret, discount, obs, prev, action)
         loss, _, _ = self._loss_fn(obs, prev, action, target, weight, weight.sum().clamp(min=1.0))
         return loss
 
@@ -369,7 +377,7 @@ class Learner:
         prev_action: torch.Tensor,
         next_prev_action: torch.Tensor,
     ) -> torch.Tensor:
-        target = self._compute_targets(next_obs, next_prev_action, ret, discount)
+        target = self._compute_targets(next_obs, next_prev_action, ret, discount, obs, prev_action, action)
         # Normalising every micro-batch by the full batch's weight makes the accumulated
         # gradient equal the full-batch gradient.
         denom = weight.sum().clamp(min=1.0)
@@ -412,15 +420,14 @@ class Learner:
             self.shrink_and_perturb()
         return td_errors[0] if len(td_errors) == 1 else torch.cat(td_errors)
 
-    def _compute_targets(
-        self, next_obs: torch.Tensor, next_prev: torch.Tensor, ret: torch.Tensor, discount: torch.Tensor
-    ) -> torch.Tensor:
+    def _compute_targets(self, *batch: torch.Tensor) -> torch.Tensor:
+        """Targets from ``(next_obs, next_prev, ret, discount, obs, prev, action)``."""
         # Mode switches stay outside the compiled function: the compiled graphs are
         # specialised (guarded) on them, so each graph always sees one fixed mode.
         self.online.eval()
         try:
             with torch.no_grad():
-                return self._targets_fn(next_obs, next_prev, ret, discount)
+                return self._targets_fn(*batch)
         finally:
             self.online.train()
 
@@ -430,15 +437,32 @@ class Learner:
         return torch.autocast(device_type=self.device.type, dtype=self.amp_dtype)
 
     def _targets_impl(
-        self, next_obs: torch.Tensor, next_prev: torch.Tensor, ret: torch.Tensor, discount: torch.Tensor
+        self,
+        next_obs: torch.Tensor,
+        next_prev: torch.Tensor,
+        ret: torch.Tensor,
+        discount: torch.Tensor,
+        obs: torch.Tensor,
+        prev: torch.Tensor,
+        action: torch.Tensor,
     ) -> torch.Tensor:
-        """Double-DQN bootstrap targets (float32); both nets in eval mode, no grad."""
+        """Double-DQN bootstrap targets (float32), with the advantage-learning term when
+        ``advantage_learning`` > 0; both nets in eval mode, no grad."""
+        alpha = self.settings.advantage_learning
         with self._autocast():
             q_next_online = self.online(next_obs, next_prev)
-            q_next_target = self.target(next_obs, next_prev)
+            if alpha > 0:  # a Python constant: the compiled graph has one branch
+                both = self.target(torch.cat((next_obs, obs)), torch.cat((next_prev, prev)))
+                q_next_target, q_target = both.float().tensor_split(2)
+            else:
+                q_next_target = self.target(next_obs, next_prev).float()
         best_action = q_next_online.argmax(dim=1, keepdim=True)
-        bootstrap = q_next_target.gather(1, best_action).squeeze(1).float()
-        return ret + discount * bootstrap
+        bootstrap = q_next_target.gather(1, best_action).squeeze(1)
+        target = ret + discount * bootstrap
+        if alpha > 0:
+            gap = q_target.max(dim=1).values - q_target.gather(1, action.unsqueeze(1)).squeeze(1)
+            target = target - alpha * gap
+        return target
 
     def _loss_impl(
         self,

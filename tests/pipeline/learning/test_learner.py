@@ -115,6 +115,28 @@ def test_double_dqn_loss_matches_hand_computation(prev_action_input: bool) -> No
     assert not torch.allclose(vanilla, expected)
 
 
+def test_advantage_learning_lowers_each_action_by_alpha_times_its_gap() -> None:
+    alpha = 0.9
+    learner = make_learner(advantage_learning=alpha)
+    perturb(learner.target, seed=1)
+    batch = make_batch(size=6, valid=5)
+    online_copy, target_copy = copy.deepcopy(learner.online), copy.deepcopy(learner.target)
+    with torch.no_grad():
+        q_state = target_copy.eval()(batch.obs, batch.prev_action)
+    best = q_state.argmax(dim=1)
+    # The first sample takes the target net's best action, the others another one.
+    batch.action = torch.cat((best[:1], (best[1:] + 1) % NUM_ACTIONS))
+    gap = q_state.max(dim=1).values - q_state[torch.arange(6), batch.action]
+    assert gap[0] == 0 and (gap[1:] > 0).all()
+
+    y, q = reference_target_and_q(online_copy, target_copy, batch)
+    expected = (batch.weight * huber(y - alpha * gap - q)).sum() / batch.weight.sum()
+    torch.testing.assert_close(learner.compute_loss(batch), expected, rtol=1e-5, atol=1e-6)
+    # Without the term the loss differs: the check above sees the gaps.
+    plain = (batch.weight * huber(y - q)).sum() / batch.weight.sum()
+    assert not torch.allclose(plain, expected)
+
+
 @pytest.mark.parametrize("grad_accum", [1, 2])
 def test_update_returns_each_samples_td_error(grad_accum: int) -> None:
     """The priorities a prioritized replay gets: |target - Q(s, a)| per sample, before the step."""
@@ -278,10 +300,11 @@ def test_compile_failure_falls_back_to_eager_with_one_warning() -> None:
 
 # Inductor itself triggers torch.jit deprecation warnings while compiling; not ours.
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")
-@pytest.mark.parametrize("prev_action_input", [False, True])
-def test_compiled_loss_matches_eager(prev_action_input: bool) -> None:
-    compiled = make_learner(compile=True, prev_action_input=prev_action_input)
-    eager = make_learner(prev_action_input=prev_action_input)
+@pytest.mark.parametrize(("prev_action_input", "advantage_learning"), [(False, 0.0), (True, 0.0), (False, 0.9)])
+def test_compiled_loss_matches_eager(prev_action_input: bool, advantage_learning: float) -> None:
+    options = dict(prev_action_input=prev_action_input, advantage_learning=advantage_learning)
+    compiled = make_learner(compile=True, **options)
+    eager = make_learner(**options)
     compiled.warmup(batch_size=4)
     assert compiled.compiled is True
     eager.load_state_dict(copy.deepcopy(compiled.state_dict()))
