@@ -53,7 +53,8 @@ class Config:
     """Environment id: SuperMarioBros-<world>-<stage>-v<0..3>, SuperMarioBros-v0..3 (full
     game), SuperMarioBrosRandomStages-v0..3, or Catch-v0 (synthetic, for tests)."""
     action_set: str = "simple"
-    """Joypad action set: right_only (5 actions), simple (7) or complex (12)."""
+    """Joypad action set: right_jump (2 actions: right, right+A), right_only (5), simple (7) or
+    complex (12)."""
     frame_skip: int = 4
     """Emulator frames per agent step (the action repeats; max over the last two frames)."""
     reward_scale: float = 0.1

@@ -179,8 +179,10 @@ def validate(cfg: Config) -> None:
         problems.append(_problem("ez_mu", cfg.ez_mu, "must be in (1, 10]", "use 2 (the paper's value)"))
     if not cfg.reward_scale > 0 or cfg.reward_scale == float("inf"):
         problems.append(_problem("reward_scale", cfg.reward_scale, "must be a finite number > 0", "use e.g. 0.1"))
-    if cfg.action_set not in ("right_only", "simple", "complex"):
-        problems.append(_problem("action_set", cfg.action_set, "must be right_only, simple or complex", "use simple"))
+    if cfg.action_set not in ("right_jump", "right_only", "simple", "complex"):
+        problems.append(
+            _problem("action_set", cfg.action_set, "must be right_jump, right_only, simple or complex", "use simple")
+        )
     for name, allowed in (
         ("device", ("cpu", "cuda", "auto")),
         ("replay_device", ("cpu", "cuda", "auto")),

@@ -77,7 +77,7 @@ def make_env(
 
     Args:
         env_id: see :data:`envs.ENV_ID_HELP`.
-        action_set: "right_only", "simple" or "complex".
+        action_set: "right_jump", "right_only", "simple" or "complex".
         frame_skip: emulator frames per agent step (1 = no skipping).
         reward_scale: factor applied to every reward (> 0).
         no_progress_steps: truncate after this many agent steps without a new

@@ -36,9 +36,9 @@ __all__ = [
 class ActionSet(gymnasium.ActionWrapper[np.ndarray, int, int]):
     """Map discrete actions to NES controller bytes (a gymnasium JoypadSpace).
 
-    Action ``i`` presses the buttons of entry ``i`` of the chosen
-    ``gym_super_mario_bros.actions`` list: "right_only" (5 actions), "simple"
-    (SIMPLE_MOVEMENT, 7) or "complex" (12).
+    Action ``i`` presses the buttons of entry ``i`` of the chosen list:
+    "right_jump" (right, right+A), or one of ``gym_super_mario_bros.actions``:
+    "right_only" (5 actions), "simple" (SIMPLE_MOVEMENT, 7) or "complex" (12).
     """
 
     def __init__(self, env: gymnasium.Env[np.ndarray, int], name: str = DEFAULT_ACTION_SET) -> None:

@@ -53,4 +53,9 @@ def test_unknown_action_set_and_button() -> None:
         validate_action_set("jump")
     with pytest.raises(ValueError, match="'Z'"):
         buttons_to_byte(["Z"])
-    assert ACTION_SET_NAMES == ("right_only", "simple", "complex")
+    assert ACTION_SET_NAMES == ("right_jump", "right_only", "simple", "complex")
+
+
+def test_right_jump_is_right_and_right_a_as_nes_py_maps_them() -> None:
+    assert button_lists("right_jump") == [["right"], ["right", "A"]]
+    assert action_bytes("right_jump") == _joypad_bytes([["right"], ["right", "A"]]) == [0b10000000, 0b10000001]

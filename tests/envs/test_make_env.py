@@ -56,6 +56,20 @@ def test_preprocess_false_gives_rgb_frames_with_the_action_set_and_skip() -> Non
     env.close()
 
 
+def test_right_jump_holding_a_lifts_mario_and_walking_does_not() -> None:
+    """Action 1 of right_jump presses A (Mario leaves the ground), action 0 only walks."""
+    heights = {}
+    for action in (0, 1):
+        env = envs.make_env("SuperMarioBros-1-1-v0", action_set="right_jump")
+        assert env.action_space.n == 2
+        ground = env.reset()[1]["y_pos"]
+        ys = [env.step(action)[4]["y_pos"] for _ in range(6)]
+        heights[action] = max(ys) - ground
+        env.close()
+    assert heights[0] == 0
+    assert heights[1] > 16
+
+
 def test_time_limit_truncates() -> None:
     env = envs.make_env("SuperMarioBros-1-1-v0", max_episode_steps=3)
     env.reset()
