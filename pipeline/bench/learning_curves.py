@@ -149,8 +149,11 @@ def first_frames(curve: Sequence[MarkResult], *, x_pos: float | None = None, fla
     return None
 
 
-def area_under_curve(curve: Sequence[MarkResult]) -> float | None:
-    """Mean x_pos over the frames covered (trapezoids from the first mark to the last)."""
+def area_under_curve(curve: Sequence[MarkResult], until: int | None = None) -> float | None:
+    """Mean x_pos over the frames covered (trapezoids from the first mark to the last, or
+    to the last mark at or before ``until`` frames)."""
+    if until is not None:
+        curve = [r for r in curve if r.frames <= until]
     if len(curve) < 2:
         return None
     area = sum(

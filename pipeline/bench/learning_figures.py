@@ -14,7 +14,9 @@ protocol. For each figure the difference of the two means is set beside the spre
 between seeds, the larger of the two variants' min..max ranges: a difference smaller
 than that is what changing the seed alone does, and the comparison says so, "within the
 spread between seeds (noise)". With one seed each there is no spread to judge by, and
-the comparison says that instead.
+the comparison says that instead. The area under the curve is compared over the frames
+both variants' runs cover (up to the shortest run's last mark): a run to 2M frames has
+marks a run to 1M never had.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ NOISE = "within the spread between seeds (noise)"
 BEYOND = "beyond the spread between seeds"
 NO_SPREAD = "one seed each: no spread between seeds to judge it by"
 SAME = "no difference"
+AUC = "auc_mean_x_pos"
 
 
 @dataclass(frozen=True)
@@ -71,7 +74,7 @@ FIGURES: tuple[Figure, ...] = (
     ),
     Figure("frames_to_flag", "frames to the first flag", "frames"),
     Figure("frames_to_x_pos_goal", f"frames to x_pos {X_POS_GOAL:,}", "frames"),
-    Figure("auc_mean_x_pos", "area under x_pos (mean)", "x_pos"),
+    Figure(AUC, "area under x_pos (mean)", "x_pos"),
     Figure("wall_s", "wall time", "minutes", compare=False),
     Figure("frames_per_s", "frames/s", "per_s", compare=False),
     Figure("replay_ratio_held", "replay ratio held", "ratio", compare=False),
@@ -86,7 +89,7 @@ def run_figures(curve: Sequence[MarkResult], machine: Mapping[str, float]) -> di
     }
     figures["frames_to_flag"] = first_frames(curve, flag=True)
     figures["frames_to_x_pos_goal"] = first_frames(curve, x_pos=X_POS_GOAL)
-    figures["auc_mean_x_pos"] = area_under_curve(curve)
+    figures[AUC] = area_under_curve(curve)
     figures.update(
         {key: machine.get(key) for key in ("wall_s", "frames_per_s", "replay_ratio_held", "replayed_frames")}
     )
@@ -123,6 +126,17 @@ def judge(a: Sequence[float], b: Sequence[float]) -> dict[str, Any]:
     return {"difference": difference, "spread": widest, "verdict": verdict}
 
 
+def common_window(runs: Sequence[Mapping[str, Any]]) -> int | None:
+    """The last mark every run has reached (None when a run carries no curve)."""
+    ends = [max((mark["frames"] for mark in run["curve"]), default=0) for run in runs if "curve" in run]
+    return min(ends) if ends and len(ends) == len(runs) else None
+
+
+def windowed_auc(run: Mapping[str, Any], until: int) -> float | None:
+    """A run's area under the mean x_pos curve up to ``until`` frames."""
+    return area_under_curve([MarkResult.from_dict(mark) for mark in run["curve"]], until)
+
+
 def compare(a: Mapping[str, Any], b: Mapping[str, Any]) -> dict[str, Any]:
     """Variant ``a`` against ``b`` (two results of the bench) on the training seeds they share."""
     runs_a = {run["seed"]: run for run in a["seeds"]}
@@ -132,13 +146,17 @@ def compare(a: Mapping[str, Any], b: Mapping[str, Any]) -> dict[str, Any]:
     if not common:
         comparison["note"] = f"no training seed in common ({sorted(runs_a)} and {sorted(runs_b)}): not compared"
         return comparison
+    window = common_window([runs[seed] for runs in (runs_a, runs_b) for seed in common])
     for figure in FIGURES:
         if not figure.compare:
             continue
         values_a = [runs_a[seed]["figures"].get(figure.key) for seed in common]
         values_b = [runs_b[seed]["figures"].get(figure.key) for seed in common]
-        have_a, have_b = (sum(v is not None for v in values) for values in (values_a, values_b))
         row: dict[str, Any] = {"figure": figure.key, "label": figure.label}
+        if figure.key == AUC and window is not None:
+            values_a, values_b = ([windowed_auc(runs[seed], window) for seed in common] for runs in (runs_a, runs_b))
+            row["label"] = f"{figure.label} to {window / 1e6:g}M"
+        have_a, have_b = (sum(v is not None for v in values) for values in (values_a, values_b))
         if have_a == have_b == len(common):
             row |= {"a": statistics.fmean(values_a), "b": statistics.fmean(values_b), **judge(values_a, values_b)}
         elif have_a or have_b:

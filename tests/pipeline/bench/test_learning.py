@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import sys
+from dataclasses import asdict
 from pathlib import Path
 
 import pytest
@@ -32,6 +33,7 @@ from pipeline.bench.learning_curves import (
     x_pos_at,
 )
 from pipeline.bench.learning_figures import (
+    AUC,
     BEYOND,
     NO_SPREAD,
     NOISE,
@@ -40,6 +42,7 @@ from pipeline.bench.learning_figures import (
     comparison_lines,
     judge,
     over_seeds,
+    run_figures,
 )
 from pipeline.bench.options import PART_HELP, PARTS
 from pipeline.common.errors import UserError
@@ -148,6 +151,25 @@ def test_variants_are_compared_on_their_common_seeds_with_mean_and_spread() -> N
     partial = {"name": "d", "seeds": [run_with(0, **{key: 700.0}), run_with(1, **{key: None})]}
     assert "not on every seed (d 1 of 2, b 2)" in compare(partial, b)["figures"][0]["verdict"]
     assert "not compared" in compare(a, {"name": "e", "seeds": [run_with(9, **{key: 1.0})]})["note"]
+
+
+def test_the_area_under_the_curve_is_compared_over_the_frames_both_runs_cover() -> None:
+    def run_of(seed: int, xs: list[float]) -> dict:
+        curve = [mark(100_000 * (i + 1), x) for i, x in enumerate(xs)]
+        return {"seed": seed, "figures": run_figures(curve, {}), "curve": [asdict(r) for r in curve]}
+
+    # The long run is level with the short one to 300k frames, then far ahead: over the
+    # frames both cover the two areas are equal, while each run's own area differs.
+    long = {"name": "long", "seeds": [run_of(0, [500, 700, 900, 3000, 3000]), run_of(1, [500, 700, 900, 3000])]}
+    short = {"name": "short", "seeds": [run_of(0, [500, 700, 900]), run_of(1, [500, 700, 900, 100])]}
+    assert long["seeds"][0]["figures"][AUC] != short["seeds"][0]["figures"][AUC]
+    (row,) = [row for row in compare(long, short)["figures"] if row["figure"] == AUC]
+    assert row["label"] == "area under x_pos (mean) to 0.3M"
+    assert row["a"] == row["b"] == pytest.approx(700) and row["verdict"] == SAME
+    assert area_under_curve([mark(100, 400), mark(200, 600), mark(300, 9000)], until=250) == pytest.approx(500)
+    # Runs without curves (older results) keep their own areas.
+    bare = {"name": "bare", "seeds": [run_with(0, **{AUC: 800.0})]}
+    assert [row["a"] for row in compare(bare, bare)["figures"] if row["figure"] == AUC] == [800.0]
 
 
 # ---------------------------------------------------------------------- marks of real networks
