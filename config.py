@@ -228,8 +228,10 @@ class Config:
     dies leaves its place to the next node that joins."""
 
     # --- evaluation during training ------------------------------------------------------
-    eval_interval_s: float = 300.0
-    """Seconds between evaluations of the latest weights by the evaluator process (0 = none)."""
+    eval_interval_frames: int = 250_000
+    """Emulator frames between evaluations of the latest weights by the evaluator process
+    (0 = none): evaluations land at the same frames on every machine (at multiples of
+    it), as the learning benchmark's marks do."""
     eval_episodes: int = 10
     """Episodes per evaluation, each from a seed of its own, at eval_epsilon (the field's way
     of judging a policy; the learning benchmark plays 20). With eval_epsilon > 0 one greedy
@@ -278,10 +280,6 @@ FIELD_TYPES: dict[str, str] = {f.name: str(f.type) for f in fields(Config)}
 # collectors should keep every core but the learner's busy; the replay fills the RAM
 # that is cheap to spare (about 7 KB per transition).
 PRESETS: dict[str, dict[str, Any]] = {
-    # On 2 saturated cores an evaluation's CPU comes out of training (it slows the learner,
-    # and collection follows through the replay ratio): one greedy episode every 120 s cost
-    # ~2.5 % of the frames (bench, evaluator part), every 300 s ~1 %; an evaluation is now
-    # 10 episodes at epsilon 0.05 and the greedy one, so the interval is longer.
     "cpu": dict(
         num_processes=2,
         batch_size=32,
@@ -292,7 +290,6 @@ PRESETS: dict[str, dict[str, Any]] = {
         device="cpu",
         learner_threads=1,
         ring_capacity=512,
-        eval_interval_s=900.0,
     ),
     "laptop": dict(num_processes=4, batch_size=64, replay_capacity=200_000, replay_ratio=4.0, device="auto"),
     "desktop": dict(
@@ -332,7 +329,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         monitor="off",
         checkpoint_interval_s=60.0,
         monitor_interval_s=1.0,
-        eval_interval_s=0.0,
+        eval_interval_frames=0,
     ),
 }
 PRESET_NAMES: tuple[str, ...] = ("auto", *PRESETS)

@@ -106,6 +106,7 @@ def validate(cfg: Config) -> None:
         "seed",
         "learner_threads",
         "mark_interval_frames",
+        "eval_interval_frames",
         "reset_interval_updates",
         "ray_nodes",
     ):
@@ -125,15 +126,6 @@ def validate(cfg: Config) -> None:
     ):
         if not getattr(cfg, name) > 0 or getattr(cfg, name) == float("inf"):
             problems.append(_problem(name, getattr(cfg, name), "must be a finite number > 0", "use a positive value"))
-    if not 0.0 <= cfg.eval_interval_s < float("inf"):
-        problems.append(
-            _problem(
-                "eval_interval_s",
-                cfg.eval_interval_s,
-                "must be a finite number >= 0",
-                "use 0 for no evaluator, or seconds between evaluations",
-            )
-        )
     if not 0.0 <= cfg.replay_save_interval_s < float("inf"):
         problems.append(
             _problem(

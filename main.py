@@ -108,10 +108,10 @@ def build_parser(prog: str = "main.py") -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--eval-interval",
-        dest="eval_interval_s",
-        type=float,
-        metavar="S",
-        help="seconds between evaluations of the latest weights during training (0 = none)",
+        dest="eval_interval_frames",
+        type=int,
+        metavar="FRAMES",
+        help="emulator frames between evaluations of the latest weights during training (0 = none)",
     )
     parser.add_argument(
         "--set",
@@ -167,7 +167,7 @@ def cli_overrides(args: argparse.Namespace) -> dict[str, Any]:
         "device",
         "monitor",
         "checkpoint_interval_s",
-        "eval_interval_s",
+        "eval_interval_frames",
         "backend",
         "ray_address",
     )

@@ -182,7 +182,10 @@ FIGURES: dict[str, dict[str, FigureSpec]] = {
             "wall s per evaluation", "{:.1f}", "mean over the run's evaluations (eval_episodes episodes each)"
         ),
         "cpu_s_per_evaluation": _spec("CPU s per evaluation", "{:.1f}", "mean over the run's evaluations"),
-        "eval_interval_s": _spec("configured eval interval s", "{:.0f}", "eval_interval_s of the preset"),
+        "eval_interval_frames": _spec(
+            "configured eval interval frames", "{:,.0f}", "eval_interval_frames of the preset"
+        ),
+        "eval_interval_s": _spec("that interval in s", "{:.0f}", "its frames at the frames/s without the evaluator"),
         "busy_share_at_interval": _spec(
             "evaluator busy share at that interval", "{:.3f}", "wall s per evaluation / interval"
         ),

@@ -23,7 +23,7 @@ from pipeline.learning.learner_choice import choose_learner
 from pipeline.learning.learner_speed import LEARNER_VARIANTS, learner_spec, time_learners
 from pipeline.run.monitor import LEARNER_PHASES
 
-EVALUATOR_BACK_TO_BACK_S = 0.001  # eval_interval_s of the evaluator part's middle run
+EVALUATOR_BACK_TO_BACK_FRAMES = 1  # eval_interval_frames of the evaluator part's middle run
 # The niced evaluator gets ~10 % of a core on a busy 2-core box: its runs need a window
 # long enough for evaluations to finish in it.
 EVALUATOR_MIN_WINDOW_S = 45.0
@@ -78,12 +78,12 @@ class TrainingParts(SuiteBase):
         return max(self.cfg.batch_size * 4, min(wanted, self.cfg.learning_starts, capacity // 2))
 
     def _training_window(
-        self, name: str, eval_interval_s: float = 0.0, window_s: float | None = None
+        self, name: str, eval_interval_frames: int = 0, window_s: float | None = None
     ) -> dict[str, Any]:
         """One whole-system training run, measured for ``window_s`` (default ``--seconds``)
         from 2 s after the first update (with an evaluator: and its first evaluation).
 
-        No evaluator unless ``eval_interval_s > 0`` (the evaluator part compares both).
+        No evaluator unless ``eval_interval_frames > 0`` (the evaluator part compares both).
         """
         window_s = self.seconds if window_s is None else window_s
         capacity = self.cfg.replay_capacity
@@ -91,9 +91,9 @@ class TrainingParts(SuiteBase):
             name,
             learning_starts=self._learning_starts(capacity),
             monitor_interval_s=1.0,
-            eval_interval_s=eval_interval_s,
+            eval_interval_frames=eval_interval_frames,
         )
-        ready = "evaluating" if eval_interval_s > 0 else "training"
+        ready = "evaluating" if eval_interval_frames > 0 else "training"
         run = run_trainer(
             cfg,
             name,
@@ -163,9 +163,9 @@ class TrainingParts(SuiteBase):
     def part_evaluator(self, result: PartResult) -> None:
         seconds = self.seconds if self.options.quick else max(self.seconds, EVALUATOR_MIN_WINDOW_S)
         before = self._training_window("no-evaluator", window_s=seconds)["window"]
-        with_evaluator = self._training_window("evaluator", eval_interval_s=EVALUATOR_BACK_TO_BACK_S, window_s=seconds)[
-            "window"
-        ]
+        with_evaluator = self._training_window(
+            "evaluator", eval_interval_frames=EVALUATOR_BACK_TO_BACK_FRAMES, window_s=seconds
+        )["window"]
         done = with_evaluator["evaluations_run"]
         if not done:  # a figure of 0 frames/s "with the evaluator" would be a wrong answer, not a result
             raise RuntimeError(
@@ -189,8 +189,10 @@ class TrainingParts(SuiteBase):
         f["cpu_s_per_evaluation"] = with_evaluator["eval_cpu_s_total"] / done if done else nan
         # At the configured interval the evaluator is busy for one evaluation's wall time
         # per interval and idle (asleep) otherwise, so it costs that fraction of the
-        # back-to-back slowdown.
-        interval = self.cfg.eval_interval_s
+        # back-to-back slowdown. The interval is in frames: in seconds it is that many
+        # frames at this machine's speed without the evaluator.
+        f["eval_interval_frames"] = float(self.cfg.eval_interval_frames)
+        interval = self.cfg.eval_interval_frames / f["frames_per_s_without"] if f["frames_per_s_without"] else 0.0
         f["eval_interval_s"] = interval
         if interval > 0 and done:
             f["busy_share_at_interval"] = min(1.0, f["wall_s_per_evaluation"] / interval)
@@ -229,7 +231,7 @@ class TrainingParts(SuiteBase):
             # No evaluator: its evaluations every few minutes would make the
             # minutes unequal (the first ones come before its first evaluation);
             # what it costs is the evaluator part's figure.
-            eval_interval_s=0.0,
+            eval_interval_frames=0,
         )
         run = run_trainer(
             cfg,

@@ -42,13 +42,14 @@ The parts (``--only NAME`` runs one; a comma-separated list runs several):
 ``evaluator``
     What the in-training evaluator costs collection: the training run without an
     evaluator, then with the evaluator evaluating back to back (the worst case: the
-    configured ``eval_interval_s`` is minutes), then without it again, each measured
+    configured ``eval_interval_frames`` is minutes of training), then without it again, each measured
     for ``max(--seconds, 45)`` seconds (evaluations must finish inside the window); the
     middle run's window opens after the evaluator's first evaluation, so its one-off
     start-up is not counted; ``frames_ratio = with / mean(before, after)``, likewise
     updates/s. At the configured interval the evaluator is busy for one evaluation's
     wall time per interval, so ``frames_ratio_at_interval = 1 - (1 - frames_ratio) x
-    wall_s_per_evaluation / eval_interval_s``.
+    wall_s_per_evaluation / eval_interval_s``, where ``eval_interval_s`` is the configured
+    ``eval_interval_frames`` at the frames/s measured without the evaluator.
     The evaluator's CPU seconds per evaluation, measured in the middle run, give its
     share of the machine at the configured interval.
 ``soak``

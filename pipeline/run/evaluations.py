@@ -30,7 +30,8 @@ def announcement(result: dict[str, Any]) -> str:
     how = f"{episodes} episode(s) " + ("greedy" if epsilon == 0 else f"at epsilon {epsilon:g}")
     greedy = f", greedy {result['greedy_x_pos']}" if "greedy_x_pos" in result and epsilon > 0 else ""
     return (
-        f"evaluation of weights v{result['weights_version']} (update {result['learner_step']}, {how}): "
+        f"evaluation of weights v{result['weights_version']} (frames {result.get('frames', 0):,}, "
+        f"update {result['learner_step']}, {how}): "
         f"x_pos mean {result['mean_x_pos']:.0f} median {result['median_x_pos']:.0f}{greedy}, "
         f"flag rate {result['flag_rate']:.2f}, return {result['mean_return']:.1f}"
     )
@@ -49,20 +50,22 @@ class Evaluations:
         self.first_flag_frames: float = float("nan")
         self._exit_reported = False
 
-    def start(self, cfg: Config, run_root: Path, weights_name: str, monitor: Monitor) -> None:
+    def start(self, cfg: Config, run_root: Path, weights_name: str, monitor: Monitor, frames: int) -> None:
+        """Start the evaluator of a run that has trained ``frames`` frames so far."""
         self.evaluator = Evaluator(
             cfg,
             run_root,
             weights_name,
-            interval_s=cfg.eval_interval_s,
+            interval_frames=cfg.eval_interval_frames,
             episodes=cfg.eval_episodes,
             max_steps=cfg.eval_max_steps,
             epsilon=cfg.eval_epsilon,
+            start_frames=frames,
         )
         self.evaluator.start()
         how = "greedy" if cfg.eval_epsilon == 0 else f"at epsilon {cfg.eval_epsilon:g}"
         monitor.announce(
-            f"evaluator: {cfg.eval_episodes} episode(s) {how} every {cfg.eval_interval_s:g} s, "
+            f"evaluator: {cfg.eval_episodes} episode(s) {how} every {cfg.eval_interval_frames:,} frames, "
             f"best video in {run_root / 'videos'}"
         )
 

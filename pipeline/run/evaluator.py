@@ -3,11 +3,15 @@
 One long-lived ``spawn`` process (started once, never one per evaluation) reads the
 weights the learner publishes to the shared-memory weights block, exactly as a
 collector does (:class:`pipeline.transport.weights.WeightsBlock` + :class:`StateLoader`), and every
-``interval_s`` seconds plays ``episodes`` episodes at ``epsilon`` (``eval_episodes`` and
-``eval_epsilon``, by default 10 at 0.05; at most ``max_steps`` agent steps each) with them,
-and beside them, when epsilon is above 0, the greedy episode (``greedy_x_pos``: what
-``python main.py play`` shows); the first evaluation comes one interval after the process
-starts. Weights that were already
+``interval_frames`` emulator frames of training plays ``episodes`` episodes at ``epsilon``
+(``eval_episodes`` and ``eval_epsilon``, by default 10 at 0.05; at most ``max_steps`` agent
+steps each) with them, and beside them, when epsilon is above 0, the greedy episode
+(``greedy_x_pos``: what ``python main.py play`` shows). Its clock is the frame count the
+weights block carries with each publish: an evaluation starts with the first weights
+published at or past the next multiple of ``interval_frames``, so evaluations land at the
+same frames on a fast machine and a slow one, and a resumed run keeps the cadence. When an
+evaluation takes longer than the interval, the next one starts at once with the newest
+weights (the multiples it missed are skipped, never queued). Weights that were already
 evaluated are not evaluated again. Results (mean and median x_pos, flag rate, return,
 ...) go back through a ``multiprocessing`` queue, which the learner drains with
 :meth:`Evaluator.poll` without ever blocking; this channel is off the hot path (one
@@ -34,7 +38,7 @@ asks, when the weights block's stop flag is set, or when its parent dies. It log
 
 Usage in the learner::
 
-    evaluator = Evaluator(cfg, run_path, weights_segment.name, interval_s=300, episodes=20, epsilon=0.05)
+    evaluator = Evaluator(cfg, run_path, weights_segment.name, interval_frames=250_000, episodes=20, epsilon=0.05)
     evaluator.start()
     ...
     for result in evaluator.poll():   # every monitor tick; never blocks
@@ -60,6 +64,7 @@ from config import Config
 from pipeline.common.files import atomic_write
 from pipeline.learning.policy import run_episode
 from pipeline.run.eval_protocol import EVAL_SEED_OFFSET, Protocol, play_protocol, protocol_figures
+from pipeline.run.run_checkpoints import next_mark
 
 __all__ = ["EVAL_SEED_OFFSET", "Evaluator", "EvaluatorArgs", "evaluator_main"]
 
@@ -75,10 +80,11 @@ class EvaluatorArgs:
     run_path: str
     weights_name: str
     parent_pid: int
-    interval_s: float
+    interval_frames: int
     episodes: int
     max_steps: int
     epsilon: float = 0.0
+    start_frames: int = 0
 
 
 class Evaluator:
@@ -88,8 +94,11 @@ class Evaluator:
         config: the run's :class:`config.Config`.
         run_path: the run directory (videos go to ``<run>/videos``, the log to ``<run>/logs``).
         weights_name: name of the weights block's shared-memory segment.
-        interval_s: seconds between the starts of two evaluations (at least; an
-            evaluation waits for weights it has not evaluated yet).
+        interval_frames: emulator frames of training between two evaluations: one starts
+            with the first weights published at or past each multiple of it (1 = back to
+            back, whenever there are weights it has not evaluated).
+        start_frames: the run's frames when the evaluator starts (a resumed run's): the
+            first evaluation is due at the first multiple of the interval past them.
         episodes: episodes per evaluation (each from a seed of its own).
         max_steps: agent steps after which an evaluation episode is cut.
         epsilon: probability of a random action at each step (0 = greedy).
@@ -101,13 +110,14 @@ class Evaluator:
         run_path: Path,
         weights_name: str,
         *,
-        interval_s: float,
+        interval_frames: int,
         episodes: int = 1,
         max_steps: int = 2000,
         epsilon: float = 0.0,
+        start_frames: int = 0,
     ) -> None:
-        if not interval_s >= 0:
-            raise ValueError(f"interval_s must be >= 0, got {interval_s!r}")
+        if interval_frames < 1:
+            raise ValueError(f"interval_frames must be >= 1, got {interval_frames!r}")
         if episodes < 1:
             raise ValueError(f"episodes must be >= 1, got {episodes!r}")
         if max_steps < 1:
@@ -117,7 +127,8 @@ class Evaluator:
         self.config = config
         self.run_path = Path(run_path)
         self.weights_name = weights_name
-        self.interval_s = float(interval_s)
+        self.interval_frames = int(interval_frames)
+        self.start_frames = int(start_frames)
         self.episodes = int(episodes)
         self.max_steps = int(max_steps)
         self.epsilon = float(epsilon)
@@ -139,7 +150,8 @@ class Evaluator:
             run_path=str(self.run_path),
             weights_name=self.weights_name,
             parent_pid=os.getpid(),
-            interval_s=self.interval_s,
+            interval_frames=self.interval_frames,
+            start_frames=self.start_frames,
             episodes=self.episodes,
             max_steps=self.max_steps,
             epsilon=self.epsilon,
@@ -152,7 +164,8 @@ class Evaluator:
     def poll(self) -> list[dict]:
         """Evaluations finished since the last call (oldest first); never blocks.
 
-        Each is a dict with ``weights_version``, ``learner_step``, ``mean_return``,
+        Each is a dict with ``weights_version``, ``learner_step``, ``frames`` (the run's
+        frames when those weights were published), ``mean_return``,
         ``mean_x_pos``, ``median_x_pos``, ``max_x_pos``, ``flag_rate``, ``mean_length``,
         ``episodes``, ``greedy_x_pos``, ``greedy_flag`` and ``greedy_return`` (the greedy episode), ``epsilon``,
         ``best_return``, ``new_best`` (bool), ``video`` (path of the best video when this
@@ -297,22 +310,22 @@ class _Worker:
 
     def run(self) -> None:
         evaluated = 0
-        # The first evaluation waits one interval too: at a run's start the weights are
-        # random and the CPU is busy compiling and booting collectors.
-        next_start = time.monotonic() + self.args.interval_s
+        # The first evaluation waits for the first multiple of the interval too: at a run's
+        # start the weights are random (a resumed run waits for the next multiple).
+        due = next_mark(self.args.start_frames, self.args.interval_frames)
         failures = 0
         self.logger.info(
-            "evaluator started (pid %d): every %g s, %s, at most %d steps each",
+            "evaluator started (pid %d): every %d frames, %s, at most %d steps each",
             os.getpid(),
-            self.args.interval_s,
+            self.args.interval_frames,
             self.protocol.describe(),
             self.args.max_steps,
         )
         while not self.should_stop():
-            if time.monotonic() < next_start or self.weights.version in (0, evaluated):
+            version, frames = self.weights.version, self.weights.frames
+            if frames < due or version in (0, evaluated):
                 time.sleep(SLEEP_S)
                 continue
-            started = time.monotonic()
             try:
                 version = self.evaluate()
             except Exception:
@@ -321,12 +334,12 @@ class _Worker:
                 if failures >= MAX_CONSECUTIVE_FAILURES:
                     raise
                 self._rebuild_env()
-                next_start = started + max(self.args.interval_s, 1.0)
+                due = next_mark(frames, self.args.interval_frames)  # retried at the next multiple
                 continue
             failures = 0
             if version:
                 evaluated = version
-            next_start = started + self.args.interval_s
+            due = next_mark(frames, self.args.interval_frames)
         self.logger.info("evaluator stopping")
 
     def _rebuild_env(self) -> None:
@@ -341,7 +354,7 @@ class _Worker:
         t0, cpu0 = time.monotonic(), time.process_time()
         version = self.weights.read(self.loader.staging)
         self.loader.load()
-        learner_step = self.weights.learner_step
+        learner_step, frames = self.weights.learner_step, self.weights.frames
         episodes = play_protocol(
             self.env,
             self.model,
@@ -375,6 +388,7 @@ class _Worker:
         result = {
             "weights_version": version,
             "learner_step": learner_step,
+            "frames": frames,
             **figures,
             "greedy_x_pos": greedy.x_pos,
             "greedy_flag": greedy.flag_get,
@@ -389,8 +403,9 @@ class _Worker:
         }
         self.results.put(result)
         self.logger.info(
-            "weights v%d (update %d): return %.1f, x_pos mean %.0f median %.0f greedy %d, flag rate %.2f%s",
+            "weights v%d (frames %d, update %d): return %.1f, x_pos mean %.0f median %.0f greedy %d, flag rate %.2f%s",
             version,
+            frames,
             learner_step,
             result["mean_return"],
             result["mean_x_pos"],

@@ -95,7 +95,7 @@ def footprint(cfg: Config, num_floats: int) -> RunFootprint:
     replay_in_ram = cfg.replay_device == "cpu" or (cfg.replay_device == "auto" and cfg.device == "cpu")
     replay = cfg.replay_capacity * REPLAY_BYTES_PER_TRANSITION if replay_in_ram else 0
     processes = cfg.num_processes * COLLECTOR_BYTES + LEARNER_BYTES
-    if cfg.eval_interval_s > 0:
+    if cfg.eval_interval_frames > 0:
         processes += EVALUATOR_BYTES
     return RunFootprint(ring, block_bytes(num_floats), replay, processes)
 
@@ -135,7 +135,7 @@ def check_machine(cfg: Config, num_floats: int, limits: MachineLimits | None = N
         raise PreflightError(
             f"not enough memory for this run: replay {_mb(need.replay_bytes)} (replay_capacity="
             f"{cfg.replay_capacity:,} x {REPLAY_BYTES_PER_TRANSITION / 1024:.1f} KB) + {cfg.num_processes} "
-            f"collector(s), learner{' and evaluator' if cfg.eval_interval_s > 0 else ''} "
+            f"collector(s), learner{' and evaluator' if cfg.eval_interval_frames > 0 else ''} "
             f"~{_mb(need.processes_bytes)} = {_mb(need.memory_bytes)}, but {_mb(limits.memory_available_bytes)} "
             f"is available; {fix}"
         )

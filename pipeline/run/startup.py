@@ -194,7 +194,7 @@ RUN_ONLY_FIELDS = frozenset(
         "monitor_interval_s",
         "checkpoint_interval_s",
         "keep_checkpoints",
-        "eval_interval_s",
+        "eval_interval_frames",
         "eval_episodes",
         "eval_max_steps",
         "mark_interval_frames",

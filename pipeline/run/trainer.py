@@ -9,8 +9,8 @@ Tasks on the loop (uvloop when installed):
 - supervisor: restarts collectors that die or hang; periodic checkpoints.
 
 Beside the collectors, an evaluator process (:mod:`pipeline.run.evaluator`, when
-``eval_interval_s > 0``) plays the evaluation protocol with the published weights every
-``eval_interval_s``; the monitor tick collects its results without blocking and shows
+``eval_interval_frames > 0``) plays the evaluation protocol with the published weights every
+``eval_interval_frames`` emulator frames; the monitor tick collects its results without blocking and shows
 them as the ``eval_*`` gauges (table, CSV, TensorBoard).
 
 Startup order matters: the network is compiled and warmed up *before* collectors start
@@ -155,7 +155,7 @@ class Trainer(TrainerLifecycle):
         assert self.weights is not None
         t = time.perf_counter_ns()
         flat, step, epsilon = flatten_state(self.learner.publishable_state()), self.total("updates"), self.epsilon()
-        version = self.weights.publish(flat, learner_step=step, epsilon=epsilon)
+        version = self.weights.publish(flat, learner_step=step, epsilon=epsilon, frames=int(self.total("frames")))
         if self.collection is not None:
             self.collection.publish(flat, version=version, epsilon=epsilon, learner_step=step)
         self.learner_ns["publish"] += time.perf_counter_ns() - t
@@ -273,10 +273,10 @@ class Trainer(TrainerLifecycle):
     # -- evaluator ------------------------------------------------------------------------
     def _start_evaluator(self) -> None:
         cfg = self.cfg
-        if not self.train_enabled or cfg.eval_interval_s <= 0:
+        if not self.train_enabled or cfg.eval_interval_frames <= 0:
             return
         assert self.weights_segment is not None and self.monitor is not None
-        self.evaluations.start(cfg, self.paths.root, self.weights_segment.name, self.monitor)
+        self.evaluations.start(cfg, self.paths.root, self.weights_segment.name, self.monitor, self.total("frames"))
 
     def _stopping(self) -> bool:
         return self.stop_event is not None and self.stop_event.is_set()

@@ -3,7 +3,7 @@
 Layout::
 
     header (64 B): version u64, active u64, epsilon f64, learner_step u64, writing u64,
-                   stop u64, num_floats u64
+                   stop u64, num_floats u64, frames u64
     buffer 0: num_floats float32
     buffer 1: num_floats float32
 
@@ -23,8 +23,9 @@ clean exactly when ``writing < v + 2``. Otherwise the reader copies again. This 
 "version moved by two" rule of the design, made exact by looking at when the writer
 *starts* a publish rather than when it ends one.
 
-The header also carries the exploration epsilon, the learner's update count, and the
-global stop flag that asks collectors to finish.
+The header also carries the exploration epsilon, the learner's update count, the run's
+emulator frames when the weights were published (the evaluator's clock), and the global
+stop flag that asks collectors to finish.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from __future__ import annotations
 import numpy as np
 
 HEADER_BYTES = 64
-VERSION, ACTIVE, EPSILON, LEARNER_STEP, WRITING, STOP, NUM_FLOATS = range(7)
+VERSION, ACTIVE, EPSILON, LEARNER_STEP, WRITING, STOP, NUM_FLOATS, FRAMES = range(8)
 
 
 def block_bytes(num_floats: int) -> int:
@@ -73,6 +74,11 @@ class WeightsBlock:
         return int(self._words[LEARNER_STEP])
 
     @property
+    def frames(self) -> int:
+        """The run's emulator frames when the newest weights were published."""
+        return int(self._words[FRAMES])
+
+    @property
     def stop_requested(self) -> bool:
         return bool(self._words[STOP])
 
@@ -80,7 +86,14 @@ class WeightsBlock:
         self._words[STOP] = 1
 
     # -- publisher ----------------------------------------------------------------------
-    def publish(self, flat: np.ndarray, *, learner_step: int | None = None, epsilon: float | None = None) -> int:
+    def publish(
+        self,
+        flat: np.ndarray,
+        *,
+        learner_step: int | None = None,
+        epsilon: float | None = None,
+        frames: int | None = None,
+    ) -> int:
         """Write a flattened float32 state into the inactive buffer and flip to it.
 
         :func:`pipeline.learning.flat_state.flatten_state` makes ``flat`` from a state_dict.
@@ -95,6 +108,8 @@ class WeightsBlock:
             self.epsilon = epsilon
         if learner_step is not None:
             self._words[LEARNER_STEP] = learner_step
+        if frames is not None:
+            self._words[FRAMES] = frames
         self._words[ACTIVE] = target
         self._words[VERSION] = version
         return version

@@ -1,5 +1,6 @@
-"""The background evaluator against a real weights block: results arrive through poll()
-without blocking, the best episode becomes videos/best.mp4, the process is polite
+"""The background evaluator against a real weights block: it evaluates at multiples of
+its interval in the frames the block carries, results arrive through poll() without
+blocking, the best episode becomes videos/best.mp4, the process is polite
 (nice 10, SIGINT ignored), it goes away on stop() and on the block's stop flag, and with
 several episodes at an epsilon it follows the evaluation protocol to the same figures."""
 
@@ -31,14 +32,15 @@ RESULT_TIMEOUT_S = 300.0  # a spawn child imports torch + the env, then plays Ca
 
 @pytest.fixture
 def weights_block():
-    """A weights block holding a fresh Catch QNetwork (version 1); unlinked afterwards."""
+    """A weights block holding a fresh Catch QNetwork (version 1, published at frame 0);
+    unlinked afterwards."""
     cfg = Config(env_id="Catch-v0", seed=11)
     torch.manual_seed(0)
     net = QNetwork(3, cfg.frame_stack, cfg.dueling)
     num_floats = state_numel(net.state_dict())
     segment = create_segment(segment_name(TAG, "weights"), W.block_bytes(num_floats))
     block = W.WeightsBlock.initialise(segment.buf, num_floats)
-    block.publish(flatten_state(net.state_dict()), learner_step=100, epsilon=0.5)
+    block.publish(flatten_state(net.state_dict()), learner_step=100, epsilon=0.5, frames=0)
     yield cfg, net, segment, block
     block.close()
     release(segment, unlink=True)
@@ -63,17 +65,38 @@ def _proc_status(pid: int, field: str) -> str:
     raise KeyError(field)
 
 
-def test_evaluates_new_weights_keeps_best_video_and_stops(tmp_path, weights_block):
+def wait_for_start(evaluator: Evaluator, log: Path) -> None:
+    """Until the evaluator process logs that its loop starts (it has imported and built its env)."""
+    deadline = time.monotonic() + RESULT_TIMEOUT_S
+    while not (log.exists() and "evaluator started" in log.read_text()):
+        assert time.monotonic() < deadline, f"the evaluator did not start within {RESULT_TIMEOUT_S} s"
+        assert evaluator.alive, f"evaluator died with exit code {evaluator.exitcode}"
+        time.sleep(0.05)
+
+
+def publish(block: W.WeightsBlock, net: QNetwork, *, learner_step: int, frames: int) -> None:
+    block.publish(flatten_state(net.state_dict()), learner_step=learner_step, frames=frames)
+
+
+def test_evaluates_at_multiples_of_its_interval_keeps_best_video_and_stops(tmp_path, weights_block):
     cfg, net, segment, block = weights_block
-    evaluator = Evaluator(cfg, tmp_path, segment.name, interval_s=0.2, episodes=2, max_steps=100)
+    evaluator = Evaluator(cfg, tmp_path, segment.name, interval_frames=1000, episodes=2, max_steps=100)
     assert evaluator.poll() == []  # before start: nothing, no blocking
     try:
         evaluator.start()
         t = time.monotonic()
         assert evaluator.poll() == [] and time.monotonic() - t < 1.0  # never blocks
+        wait_for_start(evaluator, tmp_path / "logs" / "evaluator.log")
+        # Weights at frames 0 and 999 are not due (the first evaluation is at 1,000):
+        # several of its 0.1 s checks pass without an evaluation.
+        publish(block, net, learner_step=150, frames=999)
+        time.sleep(1.0)
+        assert evaluator.poll() == []
+        publish(block, net, learner_step=170, frames=1000)
         (first,) = wait_for_results(evaluator)
         pid = evaluator.process.pid
-        assert first["weights_version"] == 1 and first["learner_step"] == 100 and first["episodes"] == 2
+        assert (first["weights_version"], first["learner_step"], first["frames"]) == (3, 170, 1000)
+        assert first["episodes"] == 2
         assert first["new_best"] and first["best_return"] == max(first["best_return"], first["mean_return"])
         for key in ("mean_return", "mean_x_pos", "flag_rate", "mean_length"):
             assert np.isfinite(first[key]), key
@@ -85,18 +108,21 @@ def test_evaluates_new_weights_keeps_best_video_and_stops(tmp_path, weights_bloc
 
         # The best episode's video: one frame per step of that episode.
         best = json.loads((tmp_path / "videos" / "best.json").read_text())
-        assert best["weights_version"] == 1 and best["return"] == first["best_return"]
+        assert best["weights_version"] == 3 and best["return"] == first["best_return"]
         assert first["video"] == str(tmp_path / "videos" / "best.mp4")
         imageio_ffmpeg = pytest.importorskip("imageio_ffmpeg")
         assert imageio_ffmpeg.count_frames_and_secs(first["video"])[0] == best["length"]
         best_mtime = (tmp_path / "videos" / "best.mp4").stat().st_mtime_ns
 
-        # Same weights are not evaluated again; new weights are.
-        time.sleep(0.6)
+        # Neither the same weights nor newer ones before the next multiple (2,000) are
+        # evaluated; the first weights past it are, and the multiples they jumped over
+        # (2,000 and 3,000) are skipped, not queued.
+        publish(block, net, learner_step=190, frames=1999)
+        time.sleep(1.0)
         assert evaluator.poll() == []
-        block.publish(flatten_state(net.state_dict()), learner_step=200)
+        publish(block, net, learner_step=200, frames=3500)
         (second,) = wait_for_results(evaluator)
-        assert second["weights_version"] == 2 and second["learner_step"] == 200
+        assert (second["weights_version"], second["learner_step"], second["frames"]) == (5, 200, 3500)
         # Same network, same seeds: the same episodes, so no new best and no re-encoding.
         assert second["mean_return"] == first["mean_return"] and not second["new_best"]
         assert second["video"] is None
@@ -113,10 +139,14 @@ def test_evaluates_new_weights_keeps_best_video_and_stops(tmp_path, weights_bloc
 
 
 def test_several_episodes_at_an_epsilon_follow_the_protocol(tmp_path, weights_block):
-    cfg, net, segment, _ = weights_block
-    evaluator = Evaluator(cfg, tmp_path, segment.name, interval_s=0.1, episodes=4, max_steps=60, epsilon=0.3)
+    cfg, net, segment, block = weights_block
+    # Back to back, from a resumed run's frames: due at 5,001.
+    evaluator = Evaluator(
+        cfg, tmp_path, segment.name, interval_frames=1, start_frames=5000, episodes=4, max_steps=60, epsilon=0.3
+    )
     try:
         evaluator.start()
+        publish(block, net, learner_step=101, frames=5001)
         (result,) = wait_for_results(evaluator)
     finally:
         evaluator.stop(timeout_s=10)
@@ -157,10 +187,11 @@ def test_several_episodes_at_an_epsilon_follow_the_protocol(tmp_path, weights_bl
 
 
 def test_exits_when_the_weights_block_asks_to_stop(tmp_path, weights_block):
-    cfg, _, segment, block = weights_block
-    evaluator = Evaluator(cfg, tmp_path, segment.name, interval_s=0.1, episodes=1, max_steps=30)
+    cfg, net, segment, block = weights_block
+    evaluator = Evaluator(cfg, tmp_path, segment.name, interval_frames=1, episodes=1, max_steps=30)
     try:
         evaluator.start()
+        publish(block, net, learner_step=101, frames=1)
         wait_for_results(evaluator)
         block.request_stop()
         evaluator.process.join(RESULT_TIMEOUT_S)
@@ -171,9 +202,9 @@ def test_exits_when_the_weights_block_asks_to_stop(tmp_path, weights_block):
 
 def test_rejects_bad_arguments(tmp_path):
     with pytest.raises(ValueError, match="episodes"):
-        Evaluator(Config(), tmp_path, "x", interval_s=1, episodes=0)
+        Evaluator(Config(), tmp_path, "x", interval_frames=1, episodes=0)
     with pytest.raises(ValueError, match="epsilon"):
-        Evaluator(Config(), tmp_path, "x", interval_s=1, epsilon=1.5)
-    with pytest.raises(ValueError, match="interval_s"):
-        Evaluator(Config(), tmp_path, "x", interval_s=-1)
-    Evaluator(Config(), tmp_path, "x", interval_s=1).stop()  # stop before start is a no-op
+        Evaluator(Config(), tmp_path, "x", interval_frames=1, epsilon=1.5)
+    with pytest.raises(ValueError, match="interval_frames"):
+        Evaluator(Config(), tmp_path, "x", interval_frames=0)
+    Evaluator(Config(), tmp_path, "x", interval_frames=1).stop()  # stop before start is a no-op
