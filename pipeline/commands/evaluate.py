@@ -1,9 +1,12 @@
 """``python main.py eval``: play episodes with a checkpoint and print their statistics.
 
 Loading the checkpoint and playing use :mod:`pipeline.learning.policy`, as ``play`` and
-the in-training evaluator do. Episode ``i`` (counting from 0) resets its env with
-``seed + i``; the epsilon draws come from ``numpy.random.default_rng(seed)``, one
-generator for the whole command.
+the in-training evaluator do, and the episodes follow the evaluation protocol
+(:mod:`pipeline.run.eval_protocol`) that the evaluator and the learning benchmark play:
+episode ``i`` (counting from 0) resets its env with ``seed + i`` and draws its random
+actions from a generator of its own derived from ``seed + i``. So an episode's figures
+depend only on the weights and its seed, and the benchmark's figures of a mark are
+reproduced by ``--episodes 20 --epsilon 0.05 --seed 5000000 --max-steps 2000``.
 
 Command line::
 
@@ -24,7 +27,7 @@ from collections.abc import Callable
 
 from pipeline.common.errors import OneLineParser
 from pipeline.common.files import atomic_write_text
-from pipeline.learning.policy import build_env, load_policy, run_episode, single_thread_torch, summarise
+from pipeline.learning.policy import build_env, load_policy, single_thread_torch, summarise
 
 __all__ = ["add_policy_arguments", "build_parser", "eval_command"]
 
@@ -76,7 +79,7 @@ def add_policy_arguments(parser: argparse.ArgumentParser, *, episodes: int) -> N
         "--seed",
         type=_int_at_least(0),
         default=0,
-        help="episode i resets with seed+i; random actions use this seed (default 0)",
+        help="episode i resets with seed+i and draws its random actions from a generator seeded by it (default 0)",
     )
     parser.add_argument(
         "--max-steps",
@@ -95,33 +98,22 @@ def build_parser() -> argparse.ArgumentParser:
 
 def eval_command(argv: list[str]) -> int:
     """``python main.py eval ...``: play episodes with a checkpoint and print statistics."""
-    import numpy as np
-
     from pipeline.common.files import check_output_path
+    from pipeline.run.eval_protocol import Protocol, play_protocol
 
     args = build_parser().parse_args(argv)
     json_path = check_output_path(args.json, (".json",), "JSON") if args.json else None
     policy = load_policy(args.checkpoint, args.env_id)
-    rng = np.random.default_rng(args.seed)
+    protocol = Protocol(episodes=args.episodes, epsilon=args.epsilon, first_seed=args.seed, max_steps=args.max_steps)
     env = build_env(policy.config, policy.env_id, seed=args.seed)
-    results = []
     try:
         with single_thread_torch():
-            for episode in range(args.episodes):
-                results.append(
-                    run_episode(
-                        env,
-                        policy.model,
-                        frame_stack=policy.frame_stack,
-                        num_actions=policy.num_actions,
-                        seed=args.seed + episode,
-                        epsilon=args.epsilon,
-                        rng=rng,
-                        max_steps=args.max_steps,
-                    )
-                )
+            results = play_protocol(
+                env, policy.model, protocol, frame_stack=policy.frame_stack, num_actions=policy.num_actions
+            )
     finally:
         env.close()
+    assert results is not None  # nothing interrupts it without should_stop
     summary = summarise(results)
     print(
         f"evaluated {policy.path} ({policy.frames} frames) on {policy.env_id}: {args.episodes} episode(s), "

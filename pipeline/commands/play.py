@@ -34,8 +34,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 def play_command(argv: list[str]) -> int:
     """Play ``--episodes`` episodes and write them to one video; print its path and a summary."""
-    import numpy as np
-
     from pipeline.common.files import check_output_path
     from pipeline.learning.policy import (
         build_env,
@@ -47,6 +45,7 @@ def play_command(argv: list[str]) -> int:
         summarise,
     )
     from pipeline.learning.recording import VIDEO_SUFFIXES, annotate, open_video, video_fps
+    from pipeline.run.eval_protocol import epsilon_rng
 
     args = build_parser().parse_args(argv)
     if args.out:  # fail on a bad path before loading anything
@@ -56,7 +55,6 @@ def play_command(argv: list[str]) -> int:
         out = check_output_path(
             run_dir_of(policy.path) / "videos" / f"play-{policy.frames}.mp4", VIDEO_SUFFIXES, "video"
         )
-    rng = np.random.default_rng(args.seed)
     env = build_env(policy.config, policy.env_id, seed=args.seed)
     results = []
     writer = open_video(out, video_fps(policy.env_id, policy.config.frame_skip))
@@ -70,7 +68,7 @@ def play_command(argv: list[str]) -> int:
                     num_actions=policy.num_actions,
                     seed=args.seed + episode,
                     epsilon=args.epsilon,
-                    rng=rng,
+                    rng=epsilon_rng(args.seed + episode),  # the protocol's: eval's episodes, frame for frame
                     max_steps=args.max_steps,
                     record=True,
                 ):

@@ -75,9 +75,11 @@ def replicate(
         max_episode_steps=cfg["max_episode_steps"],
         seed=seed,
     )
-    rng = np.random.default_rng(seed)
     out = []
     for i in range(episodes):
+        # Each episode's random actions come from a generator of its own, seeded with
+        # (its seed, 1): the evaluation protocol's epsilon stream.
+        rng = np.random.default_rng((seed + i, 1))
         obs, info = env.reset(seed=seed + i)
         stack = np.stack([obs] * cfg["frame_stack"])
         ret, steps = 0.0, 0
@@ -133,6 +135,27 @@ def test_eval_matches_an_independent_run_of_the_same_seed(tmp_path, capsys, epsi
         assert all(length <= max_steps for length in data["per_episode"]["length"])
     printed = capsys.readouterr().out
     assert f"x_pos mean {statistics.fmean(xs):.1f}" in printed and "flag rate" in printed
+
+
+def test_eval_reproduces_the_learning_benchmarks_figures_of_a_mark(tmp_path, capsys):
+    """The bench's protocol (seeds 5,000,000.., epsilon 0.05) played by ``eval`` gives the
+    figures the bench caches for the mark, and its episodes do not depend on how many run."""
+    from pipeline.bench.learning_curves import bench_protocol, evaluate_mark
+
+    mark, _ = make_checkpoint(tmp_path / "run" / "checkpoints" / "marks" / "frames-000001000.pt", seed=3)
+    protocol = bench_protocol(episodes=6, epsilon=0.3, max_steps=50)
+    bench = evaluate_mark(str(mark), protocol.to_dict())
+    runs = {}
+    for episodes in (6, 3):
+        argv = ["--checkpoint", str(mark), "--episodes", str(episodes), "--epsilon", "0.3", "--max-steps", "50"]
+        argv += ["--seed", str(protocol.first_seed), "--json", str(tmp_path / f"eval{episodes}.json")]
+        assert eval_command(argv) == 0
+        runs[episodes] = json.loads((tmp_path / f"eval{episodes}.json").read_text())
+    assert runs[6]["mean_x_pos"] == pytest.approx(bench["mean_x_pos"])
+    assert runs[6]["flag_rate"] == pytest.approx(bench["flag_rate"])
+    assert runs[6]["max_x_pos"] == bench["max_x_pos"]
+    assert runs[6]["mean_return"] == pytest.approx(bench["mean_return"])
+    assert runs[6]["per_episode"]["x_pos"][:3] == runs[3]["per_episode"]["x_pos"]
 
 
 def test_eval_is_deterministic_and_accepts_a_run_directory(tmp_path, capsys):
