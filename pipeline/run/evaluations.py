@@ -30,7 +30,7 @@ def announcement(result: dict[str, Any]) -> str:
     how = f"{episodes} episode(s) " + ("greedy" if epsilon == 0 else f"at epsilon {epsilon:g}")
     greedy = f", greedy {result['greedy_x_pos']}" if "greedy_x_pos" in result and epsilon > 0 else ""
     return (
-        f"evaluation of weights v{result['weights_version']} (frames {result.get('frames', 0):,}, "
+        f"evaluation of weights v{result['weights_version']} (frames {result['frames']:,}, "
         f"update {result['learner_step']}, {how}): "
         f"x_pos mean {result['mean_x_pos']:.0f} median {result['median_x_pos']:.0f}{greedy}, "
         f"flag rate {result['flag_rate']:.2f}, return {result['mean_return']:.1f}"

@@ -10,6 +10,7 @@ def result(**overrides: float) -> dict:
     base = {
         "weights_version": 3,
         "learner_step": 1200,
+        "frames": 250_112,
         "episodes": 20,
         "epsilon": 0.05,
         "mean_x_pos": 1234.4,
@@ -22,7 +23,7 @@ def result(**overrides: float) -> dict:
 
 def test_the_line_gives_mean_median_flag_rate_and_the_protocol() -> None:
     assert announcement(result()) == (
-        "evaluation of weights v3 (update 1200, 20 episode(s) at epsilon 0.05): "
+        "evaluation of weights v3 (frames 250,112, update 1200, 20 episode(s) at epsilon 0.05): "
         "x_pos mean 1234 median 898, flag rate 0.15, return 1100.2"
     )
-    assert "(update 1200, 1 episode(s) greedy)" in announcement(result(episodes=1, epsilon=0.0))
+    assert "update 1200, 1 episode(s) greedy)" in announcement(result(episodes=1, epsilon=0.0))
