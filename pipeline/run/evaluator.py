@@ -64,7 +64,7 @@ from config import Config
 from pipeline.common.files import atomic_write
 from pipeline.learning.policy import run_episode
 from pipeline.run.eval_protocol import EVAL_SEED_OFFSET, Protocol, play_protocol, protocol_figures
-from pipeline.run.run_checkpoints import next_mark
+from pipeline.run.pacing import next_mark
 
 __all__ = ["EVAL_SEED_OFFSET", "Evaluator", "EvaluatorArgs", "evaluator_main"]
 
@@ -326,6 +326,9 @@ class _Worker:
             if frames < due or version in (0, evaluated):
                 time.sleep(SLEEP_S)
                 continue
+            # Due again at the next multiple, whether this evaluation succeeds or not (a
+            # failure is retried then, not in a loop).
+            due = next_mark(frames, self.args.interval_frames)
             try:
                 version = self.evaluate()
             except Exception:
@@ -334,12 +337,10 @@ class _Worker:
                 if failures >= MAX_CONSECUTIVE_FAILURES:
                     raise
                 self._rebuild_env()
-                due = next_mark(frames, self.args.interval_frames)  # retried at the next multiple
                 continue
             failures = 0
             if version:
                 evaluated = version
-            due = next_mark(frames, self.args.interval_frames)
         self.logger.info("evaluator stopping")
 
     def _rebuild_env(self) -> None:

@@ -40,9 +40,9 @@ from pipeline.run.collector import CollectorArgs
 from pipeline.run.consolidator import Consolidator
 from pipeline.run.evaluations import Evaluations
 from pipeline.run.monitor import COUNTER_KEYS, CounterKey, LearnerPhase, Monitor
-from pipeline.run.pacing import RateLimiter
+from pipeline.run.pacing import RateLimiter, next_mark
 from pipeline.run.preflight import RunLock
-from pipeline.run.run_checkpoints import RunCheckpoints, checkpoint_payload, next_mark, resume_from, rolling_return
+from pipeline.run.run_checkpoints import RunCheckpoints, checkpoint_payload, resume_from, rolling_return
 from pipeline.run.snapshots import run_summary
 from pipeline.run.startup import (
     RunPaths,

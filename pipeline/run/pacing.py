@@ -4,6 +4,7 @@
   both directions between the train loop and the consolidator.
 - :func:`epsilon_at`: the exploration schedule, a linear or exponential decay over emulator
   frames to a floor.
+- :func:`next_mark`: when something done every N frames (a mark, an evaluation) is next due.
 
 Pure arithmetic on counters, so the rules are tested without processes or torch.
 """
@@ -60,3 +61,8 @@ class RateLimiter:
         if inserted < self.min_size:
             return None
         return max(0, int((samples + self.slack) / self.ratio) + self.min_size - inserted)
+
+
+def next_mark(frames: int, interval: int) -> int:
+    """The first multiple of ``interval`` above ``frames`` (a resumed run goes on from there)."""
+    return (frames // interval + 1) * interval

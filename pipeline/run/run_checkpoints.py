@@ -136,11 +136,6 @@ def mark_name(frames: int) -> str:
     return f"frames-{frames:09d}.pt"
 
 
-def next_mark(frames: int, interval: int) -> int:
-    """The first multiple of ``interval`` above ``frames`` (a resumed run goes on from there)."""
-    return (frames // interval + 1) * interval
-
-
 def mark_payload(learner: Learner, totals: Mapping[CounterKey, int], cfg: Config, num_actions: int) -> dict[str, Any]:
     """What :func:`~pipeline.learning.policy.load_policy` needs: the online net (cloned,
     so updates going on meanwhile cannot tear it), the counters, config and action count."""

@@ -56,9 +56,9 @@ from pipeline.run.consolidator import Consolidator
 from pipeline.run.evaluations import Evaluations
 from pipeline.run.lifecycle import StartupInterrupts, TrainerLifecycle
 from pipeline.run.monitor import COUNTER_KEYS, LEARNER_PHASES, CounterKey, LearnerPhase, Monitor, Snapshot
-from pipeline.run.pacing import epsilon_at, priority_beta_at
+from pipeline.run.pacing import epsilon_at, next_mark, priority_beta_at
 from pipeline.run.preflight import RunLock
-from pipeline.run.run_checkpoints import cloned, mark_payload, next_mark, save_mark
+from pipeline.run.run_checkpoints import cloned, mark_payload, save_mark
 from pipeline.run.snapshots import (
     collector_rows,
     copy_slot_counters,
