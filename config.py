@@ -241,6 +241,10 @@ class Config:
     eval_epsilon: float = 0.05
     """Probability of a random action in the evaluator's episodes (0 = greedy: on a fixed
     stage a greedy policy plays the same episode from every seed)."""
+    eval_final_timeout_s: float = 600.0
+    """A run that reaches total_frames ends with an evaluation of its final weights (after
+    the collectors stop, so it has the CPU); the run waits at most this long for it (0 =
+    no final evaluation). Ctrl-C skips it; the final checkpoint is saved either way."""
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -126,6 +126,15 @@ def validate(cfg: Config) -> None:
     ):
         if not getattr(cfg, name) > 0 or getattr(cfg, name) == float("inf"):
             problems.append(_problem(name, getattr(cfg, name), "must be a finite number > 0", "use a positive value"))
+    if not 0.0 <= cfg.eval_final_timeout_s < float("inf"):
+        problems.append(
+            _problem(
+                "eval_final_timeout_s",
+                cfg.eval_final_timeout_s,
+                "must be a finite number >= 0",
+                "use 0 for no final evaluation, or the seconds a run may wait for it",
+            )
+        )
     if not 0.0 <= cfg.replay_save_interval_s < float("inf"):
         problems.append(
             _problem(

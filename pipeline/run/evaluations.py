@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -29,8 +30,9 @@ def announcement(result: dict[str, Any]) -> str:
     epsilon = float(result.get("epsilon", 0.0))
     how = f"{episodes} episode(s) " + ("greedy" if epsilon == 0 else f"at epsilon {epsilon:g}")
     greedy = f", greedy {result['greedy_x_pos']}" if "greedy_x_pos" in result and epsilon > 0 else ""
+    final = "final " if result.get("final") else ""
     return (
-        f"evaluation of weights v{result['weights_version']} (frames {result['frames']:,}, "
+        f"{final}evaluation of weights v{result['weights_version']} (frames {result['frames']:,}, "
         f"update {result['learner_step']}, {how}): "
         f"x_pos mean {result['mean_x_pos']:.0f} median {result['median_x_pos']:.0f}{greedy}, "
         f"flag rate {result['flag_rate']:.2f}, return {result['mean_return']:.1f}"
@@ -114,7 +116,24 @@ class Evaluations:
             gauges["evaluator_rss_mb"] = stats["rss_mb"]
         return gauges
 
+    def request_final(self) -> bool:
+        """Ask the evaluator (if any) for a final evaluation of the last published weights;
+        before the weights block's stop flag is set. Returns whether one was asked for."""
+        if self.evaluator is None or not self.evaluator.alive:
+            return False
+        self.evaluator.request_final()
+        return True
+
+    def finish(self, timeout_s: float, give_up: Callable[[], bool]) -> str:
+        """Wait for the final evaluation (see :meth:`request_final`); what became of it."""
+        if self.evaluator is None:
+            return "no evaluator"
+        if self.evaluator.finish(timeout_s, give_up):
+            return "done"
+        return "skipped (Ctrl-C)" if give_up() else f"not finished within {timeout_s:g} s (eval_final_timeout_s)"
+
     def stop(self, timeout_s: float = 10) -> None:
         if self.evaluator is not None:
-            # It also saw the stop flag; an evaluation in flight is abandoned, not waited for.
+            # Without a final evaluation it also saw the stop flag: an evaluation in flight
+            # is abandoned, not waited for.
             self.evaluator.stop(timeout_s=timeout_s)

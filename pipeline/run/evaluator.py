@@ -36,6 +36,14 @@ ignores SIGINT (the learner decides when it stops). It exits when :meth:`Evaluat
 asks, when the weights block's stop flag is set, or when its parent dies. It logs to
 ``<run>/logs/evaluator.log``.
 
+A run that reaches its frame budget ends with a final evaluation: the learner publishes
+its last weights, calls :meth:`Evaluator.request_final` before it sets the stop flag (so
+the evaluator does not take that flag as its own), stops the collectors, and waits with
+:meth:`Evaluator.finish`. The evaluator finishes the evaluation in flight, evaluates the
+last weights if it has not yet, and exits. Without it, a niced evaluator on a busy
+machine could still be on its first evaluation when a short run ends, and the run would
+report none; with it, every finished run's last word is its final policy's figures.
+
 Usage in the learner::
 
     evaluator = Evaluator(cfg, run_path, weights_segment.name, interval_frames=250_000, episodes=20, epsilon=0.05)
@@ -43,6 +51,8 @@ Usage in the learner::
     ...
     for result in evaluator.poll():   # every monitor tick; never blocks
         ...
+    evaluator.request_final()         # a run that reached its frames: evaluate the last weights
+    evaluator.finish(timeout_s=600)   # ... and wait for it, with the collectors stopped
     evaluator.stop()                  # before unlinking the weights segment
 """
 
@@ -56,6 +66,7 @@ import queue
 import signal
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -135,6 +146,7 @@ class Evaluator:
         self.process: mp.process.BaseProcess | None = None
         self._queue: Any = None
         self._stop: Any = None
+        self._final: Any = None
         self._pending: list[dict] = []
 
     # -- lifecycle ------------------------------------------------------------------------
@@ -145,6 +157,7 @@ class Evaluator:
         ctx = mp.get_context("spawn")
         self._queue = ctx.Queue()
         self._stop = ctx.Event()
+        self._final = ctx.Event()
         args = EvaluatorArgs(
             config=self.config,
             run_path=str(self.run_path),
@@ -157,7 +170,10 @@ class Evaluator:
             epsilon=self.epsilon,
         )
         self.process = ctx.Process(
-            target=evaluator_main, args=(args, self._queue, self._stop), name="evaluator", daemon=True
+            target=evaluator_main,
+            args=(args, self._queue, self._stop, self._final),
+            name="evaluator",
+            daemon=True,
         )
         self.process.start()
 
@@ -173,16 +189,41 @@ class Evaluator:
         seconds), ``cpu_s`` (CPU seconds of this process; a new best's encoding runs in an
         ffmpeg child, not counted) and ``time`` (Unix time).
         """
+        self._drain()
         results, self._pending = self._pending, []
-        if self._queue is None:
-            return results
-        while True:
+        return results
+
+    def _drain(self) -> None:
+        """Move what the queue holds into the results kept for :meth:`poll` (never blocks)."""
+        while self._queue is not None:
             try:
-                results.append(self._queue.get_nowait())
+                self._pending.append(self._queue.get_nowait())
             except queue.Empty:
-                return results
+                return
             except (EOFError, OSError, ValueError):  # queue closed or the child died mid-write
-                return results
+                return
+
+    def request_final(self) -> None:
+        """Ask for a final evaluation of the last weights published, after which the
+        process exits. Call it before the weights block's stop flag is set: from then on
+        the evaluator ignores that flag (it stops the collectors, not the final evaluation)."""
+        if self._final is not None:
+            self._final.set()
+
+    def finish(self, timeout_s: float, give_up: Callable[[], bool] = lambda: False) -> bool:
+        """Wait up to ``timeout_s`` for the final evaluation (see :meth:`request_final`) and
+        the process's exit, keeping its results for :meth:`poll`; ``give_up`` (a Ctrl-C)
+        ends the wait early. Returns whether the process finished by itself; call
+        :meth:`stop` after it either way."""
+        process = self.process
+        if process is None or self._final is None or not self._final.is_set():
+            return False
+        deadline = time.monotonic() + timeout_s
+        while process.is_alive() and time.monotonic() < deadline and not give_up():
+            self._drain()
+            process.join(0.1)
+        self._drain()  # what it wrote just before it exited
+        return not process.is_alive()
 
     def stop(self, timeout_s: float = 10) -> None:
         """Ask the process to finish, wait up to ``timeout_s``, then terminate/kill it.
@@ -196,7 +237,7 @@ class Evaluator:
         self._stop.set()
         deadline = time.monotonic() + timeout_s
         while process.is_alive() and time.monotonic() < deadline:
-            self._pending.extend(self.poll())  # keep the pipe empty so the child can exit
+            self._drain()  # keep the pipe empty so the child can exit
             process.join(0.1)
         if process.is_alive():
             process.terminate()
@@ -204,7 +245,7 @@ class Evaluator:
         if process.is_alive():
             process.kill()
             process.join(2.0)
-        self._pending.extend(self.poll())
+        self._drain()
         self._queue.close()
         self._queue.join_thread()
         self._queue = None
@@ -240,30 +281,39 @@ def _make_logger(run_path: Path) -> logging.Logger:
     return logger
 
 
-def evaluator_main(args: EvaluatorArgs, results: Any, stop_event: Any) -> None:
+def evaluator_main(args: EvaluatorArgs, results: Any, stop_event: Any, final_event: Any) -> None:
     """Process entry point (target of a spawn Process)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the learner's business
     try:
         os.nice(10)
     except OSError:
         pass
-    # Never let an unread result keep this process from exiting.
-    results.cancel_join_thread()
     logger = _make_logger(Path(args.run_path))
     worker = None
+    final_done = False
     try:
-        worker = _Worker(args, results, stop_event, logger)
-        worker.run()
+        worker = _Worker(args, results, stop_event, final_event, logger)
+        final_done = worker.run()
     except Exception:
         logger.error("evaluator failed:\n%s", traceback.format_exc())
         raise
     finally:
         if worker is not None:
             worker.close()
+        if final_done:
+            # The learner is waiting for the final result and reading the queue: let the
+            # queue's feeder thread write it into the pipe before the process exits.
+            results.close()
+            results.join_thread()
+        else:
+            # Stopped from outside: never let an unread result keep the process from exiting.
+            results.cancel_join_thread()
 
 
 class _Worker:
-    def __init__(self, args: EvaluatorArgs, results: Any, stop_event: Any, logger: logging.Logger) -> None:
+    def __init__(
+        self, args: EvaluatorArgs, results: Any, stop_event: Any, final_event: Any, logger: logging.Logger
+    ) -> None:
         import torch
 
         import envs
@@ -276,6 +326,7 @@ class _Worker:
         self.args = args
         self.results = results
         self.stop_event = stop_event
+        self.final_event = final_event
         self.logger = logger
         self.cfg = args.config
         self.videos = Path(args.run_path) / "videos"
@@ -306,9 +357,13 @@ class _Worker:
             return float("-inf")
 
     def should_stop(self) -> bool:
-        return self.stop_event.is_set() or self.weights.stop_requested or os.getppid() != self.args.parent_pid
+        # Once a final evaluation is asked for, the weights block's stop flag is the
+        # collectors' signal only: the learner ends the wait with stop_event.
+        stop_flag = self.weights.stop_requested and not self.final_event.is_set()
+        return self.stop_event.is_set() or stop_flag or os.getppid() != self.args.parent_pid
 
-    def run(self) -> None:
+    def run(self) -> bool:
+        """Evaluate until stopped; returns True when it ended after a final evaluation."""
         evaluated = 0
         # The first evaluation waits for the first multiple of the interval too: at a run's
         # start the weights are random (a resumed run waits for the next multiple).
@@ -322,19 +377,23 @@ class _Worker:
             self.args.max_steps,
         )
         while not self.should_stop():
+            final = self.final_event.is_set()
             version, frames = self.weights.version, self.weights.frames
-            if frames < due or version in (0, evaluated):
+            if final and version in (0, evaluated):
+                self.logger.info("evaluator stopping after the final evaluation")
+                return True  # the last weights are evaluated (or there are none)
+            if not final and (frames < due or version in (0, evaluated)):
                 time.sleep(SLEEP_S)
                 continue
             # Due again at the next multiple, whether this evaluation succeeds or not (a
             # failure is retried then, not in a loop).
             due = next_mark(frames, self.args.interval_frames)
             try:
-                version = self.evaluate()
+                version = self.evaluate(final=final)
             except Exception:
                 failures += 1
                 self.logger.error("evaluation failed (%d in a row):\n%s", failures, traceback.format_exc())
-                if failures >= MAX_CONSECUTIVE_FAILURES:
+                if failures >= MAX_CONSECUTIVE_FAILURES or final:
                     raise
                 self._rebuild_env()
                 continue
@@ -342,6 +401,7 @@ class _Worker:
             if version:
                 evaluated = version
         self.logger.info("evaluator stopping")
+        return False
 
     def _rebuild_env(self) -> None:
         try:
@@ -350,8 +410,10 @@ class _Worker:
             pass
         self.env = self._build_env(self.cfg, seed=self.seed0)
 
-    def evaluate(self) -> int:
-        """One evaluation of the current weights; returns their version (0 if interrupted)."""
+    def evaluate(self, *, final: bool = False) -> int:
+        """One evaluation of the current weights; returns their version (0 if interrupted).
+
+        ``final``: the run's last weights (the result says so)."""
         t0, cpu0 = time.monotonic(), time.process_time()
         version = self.weights.read(self.loader.staging)
         self.loader.load()
@@ -398,13 +460,16 @@ class _Worker:
             "best_return": self.best_return,
             "new_best": new_best,
             "video": video,
+            "final": final,
             "eval_s": time.monotonic() - t0,
             "cpu_s": time.process_time() - cpu0,
             "time": time.time(),
         }
         self.results.put(result)
         self.logger.info(
-            "weights v%d (frames %d, update %d): return %.1f, x_pos mean %.0f median %.0f greedy %d, flag rate %.2f%s",
+            "%sweights v%d (frames %d, update %d): return %.1f, x_pos mean %.0f median %.0f greedy %d, "
+            "flag rate %.2f%s",
+            "final evaluation, " if final else "",
             version,
             frames,
             learner_step,

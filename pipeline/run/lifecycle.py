@@ -109,6 +109,15 @@ class StartupInterrupts:
             raise KeyboardInterrupt
 
 
+class WaitInterrupts(StartupInterrupts):
+    """Ctrl-C and SIGTERM while the shutdown waits for something optional (the final
+    evaluation): remembered, never raised, so the wait ends and the shutdown goes on to
+    the final checkpoint instead of being torn out of it by a KeyboardInterrupt."""
+
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
+        self.received = signal.Signals(signum).name
+
+
 class TrainerLifecycle:
     """Setup and shutdown of a :class:`~pipeline.run.trainer.Trainer` (its attributes are set
     there; its counters, ``total`` and ``snapshot`` are used here)."""
@@ -134,6 +143,7 @@ class TrainerLifecycle:
     hooks: contextlib.ExitStack
     final_checkpoint: Path | None
     final_error: str
+    final_evaluation: bool
     _last_checkpoint_t: float
     _next_mark: int
     _t0: float
@@ -297,7 +307,7 @@ class TrainerLifecycle:
             self.weights.request_stop()
         if self.supervisor is not None:
             self.supervisor.stop()
-        self.evaluations.stop(timeout_s=10)
+        self._finish_evaluations()
         try:
             if self.ring is not None and getattr(self, "learner", None) is not None:
                 if self.consolidator is not None:
@@ -317,6 +327,25 @@ class TrainerLifecycle:
                 if self.lock is not None:
                     self.lock.release()
                 self.hooks.close()
+
+    def _finish_evaluations(self) -> None:
+        """Wait for the final evaluation when one was asked for (the collectors are stopped,
+        so it has the CPU), stop the evaluator, and report what it sent meanwhile."""
+        if self.evaluations.evaluator is None:
+            return
+        if self.final_evaluation:
+            timeout_s = self.cfg.eval_final_timeout_s
+            logger.info("final evaluation of the last weights (waiting up to %g s; Ctrl-C skips it)", timeout_s)
+            with WaitInterrupts() as interrupts:
+                outcome = self.evaluations.finish(timeout_s, give_up=lambda: bool(interrupts.received))
+            logger.info("final evaluation: %s", outcome)
+        self.evaluations.stop(timeout_s=10)
+        self.evaluations.poll(
+            self.monitor,
+            stopping=True,
+            log_path=self.paths.logs / "evaluator.log",
+            frames=float(self.total("frames")),
+        )
 
     def _close_monitor(self) -> None:
         if self.monitor is None:

@@ -197,6 +197,7 @@ RUN_ONLY_FIELDS = frozenset(
         "eval_interval_frames",
         "eval_episodes",
         "eval_max_steps",
+        "eval_final_timeout_s",
         "mark_interval_frames",
         "replay_save_interval_s",
         "heartbeat_timeout_s",

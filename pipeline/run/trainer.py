@@ -131,6 +131,7 @@ class Trainer(TrainerLifecycle):
         self.lock: RunLock | None = None
         self.fatal = ""  # why the run had to end (a collector crash loop), "" when it ended normally
         self.final_error = ""  # why the final checkpoint could not be written, "" when it was
+        self.final_evaluation = False  # whether the shutdown waits for an evaluation of the last weights
         self.interrupts = StartupInterrupts()
         self.write_failures = WriteFailures()
         self.hooks = contextlib.ExitStack()  # process-wide hooks of this run, undone at its very end
@@ -229,6 +230,7 @@ class Trainer(TrainerLifecycle):
             if cfg.mark_interval_frames and self.total("frames") >= self._next_mark:
                 await self.save_mark_in_background()  # before the stop check: the last mark counts
             if cfg.total_frames and self.total("frames") >= cfg.total_frames:
+                self._ask_final_evaluation()  # before the stop flag, which the evaluator would obey
                 self.request_stop(f"reached {cfg.total_frames} frames")
                 break
             if self.time_limit_s is not None and time.monotonic() - self._t0 >= self.time_limit_s:
@@ -277,6 +279,12 @@ class Trainer(TrainerLifecycle):
             return
         assert self.weights_segment is not None and self.monitor is not None
         self.evaluations.start(cfg, self.paths.root, self.weights_segment.name, self.monitor, self.total("frames"))
+
+    def _ask_final_evaluation(self) -> None:
+        """A run that reached its frames ends with an evaluation of its last weights."""
+        if self.cfg.eval_final_timeout_s > 0 and self.evaluations.evaluator is not None:
+            self._publish()
+            self.final_evaluation = self.evaluations.request_final()
 
     def _stopping(self) -> bool:
         return self.stop_event is not None and self.stop_event.is_set()

@@ -200,6 +200,51 @@ def test_exits_when_the_weights_block_asks_to_stop(tmp_path, weights_block):
         evaluator.stop(timeout_s=5)
 
 
+def test_a_final_evaluation_takes_the_last_weights_and_outlives_the_stop_flag(tmp_path, weights_block):
+    """As a run that reached its frames ends: the last weights, not due by the interval,
+    are evaluated although the block's stop flag (the collectors' signal) is set, and
+    the process then exits by itself."""
+    cfg, net, segment, block = weights_block
+    evaluator = Evaluator(cfg, tmp_path, segment.name, interval_frames=1_000_000, episodes=2, max_steps=40)
+    try:
+        evaluator.start()
+        wait_for_start(evaluator, tmp_path / "logs" / "evaluator.log")
+        publish(block, net, learner_step=123, frames=4567)  # far from the first multiple
+        evaluator.request_final()
+        block.request_stop()
+        assert evaluator.finish(RESULT_TIMEOUT_S)
+        (result,) = evaluator.poll()
+    finally:
+        evaluator.stop(timeout_s=5)
+    assert (result["weights_version"], result["learner_step"], result["frames"]) == (2, 123, 4567)
+    assert result["final"] and result["episodes"] == 2
+    assert evaluator.exitcode == 0
+    assert "final evaluation, weights v2 (frames 4567" in (tmp_path / "logs" / "evaluator.log").read_text()
+
+
+def test_a_final_evaluation_is_not_repeated_and_a_give_up_ends_the_wait(tmp_path, weights_block):
+    cfg, net, segment, block = weights_block
+    evaluator = Evaluator(cfg, tmp_path, segment.name, interval_frames=1, episodes=1, max_steps=30)
+    try:
+        assert not evaluator.finish(1.0)  # nothing asked for: no wait
+        evaluator.start()
+        publish(block, net, learner_step=101, frames=1)
+        (first,) = wait_for_results(evaluator)
+        assert not first["final"]
+        # A Ctrl-C (give_up) ends the wait at once, before the process has finished.
+        t = time.monotonic()
+        evaluator.request_final()
+        # Weights v2 are evaluated already: the final request ends the process without
+        # another evaluation (unless the give-up comes first, as here at once).
+        assert not evaluator.finish(RESULT_TIMEOUT_S, give_up=lambda: True) or not evaluator.alive
+        assert time.monotonic() - t < RESULT_TIMEOUT_S / 2
+        assert evaluator.finish(RESULT_TIMEOUT_S)
+        assert evaluator.poll() == []
+    finally:
+        evaluator.stop(timeout_s=5)
+    assert evaluator.exitcode == 0
+
+
 def test_rejects_bad_arguments(tmp_path):
     with pytest.raises(ValueError, match="episodes"):
         Evaluator(Config(), tmp_path, "x", interval_frames=1, episodes=0)

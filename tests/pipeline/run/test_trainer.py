@@ -85,8 +85,9 @@ def greedy_return(checkpoint: Path, episodes: int = 20) -> tuple[float, float]:
 def test_whole_pipeline_learns_catch_and_the_evaluator_sees_it(tmp_path):
     """Collectors + consolidator + learner learn Catch: the evaluator running beside them
     sees a greedy policy at >= 80% of the optimal return, and reports it through the
-    monitor, CSV, TensorBoard and summary.json with the best episode's video; the final
-    checkpoint, evaluated here on other seeds, catches more balls than it misses."""
+    monitor, CSV, TensorBoard and summary.json with the best episode's video; the run
+    ends with a final evaluation of its last weights; the final checkpoint, evaluated
+    here on other seeds, catches more balls than it misses."""
     result = run_main(
         [
             "--preset",
@@ -125,10 +126,13 @@ def test_whole_pipeline_learns_catch_and_the_evaluator_sees_it(tmp_path):
     assert not project_segments(run_tag(run))
 
     # The evaluator: several evaluations of ever newer weights, and the agent it saw learned.
+    log = (run / "logs" / "evaluator.log").read_text()
     evaluated = [r for r in rows if float(r["evaluations"]) > 0]
-    assert evaluated, "no evaluation reached metrics.csv"
+    assert evaluated, f"no evaluation reached metrics.csv; evaluator.log:\n{log[-3000:]}"
     count = int(float(rows[-1]["evaluations"]))
-    assert count >= 3, count
+    # Every 2,500 frames while it keeps up (16 at most), and the final one in any case: a
+    # niced evaluator on one busy core can lag, but not by a whole 40k-frame run.
+    assert count >= 3, (count, log[-3000:])
     versions = [float(r["eval_weights_version"]) for r in evaluated]
     assert versions == sorted(versions) and versions[-1] > versions[0]
     # A mean over 10 episodes; random play scores about -3.5 of 5. The best evaluation of a
@@ -139,6 +143,10 @@ def test_whole_pipeline_learns_catch_and_the_evaluator_sees_it(tmp_path):
     summary = json.loads((run / "summary.json").read_text())
     assert summary["evaluations"] == count
     assert summary["last_evaluation"]["episodes"] == 10
+    # The last word is the final evaluation, of the weights the run ended with.
+    final = summary["last_evaluation"]
+    assert final["final"] and final["frames"] >= 40000, final
+    assert "final evaluation of weights v" in result.stderr
     tags = EventAccumulator(str(run / "tensorboard")).Reload().Tags()["scalars"]
     assert {"eval_return", "eval_x_pos", "eval_flag_rate"} <= set(tags)
 
@@ -148,10 +156,9 @@ def test_whole_pipeline_learns_catch_and_the_evaluator_sees_it(tmp_path):
     imageio_ffmpeg = pytest.importorskip("imageio_ffmpeg")
     assert imageio_ffmpeg.count_frames_and_secs(str(run / "videos" / "best.mp4"))[0] == best["length"]
 
-    # It stopped with the run.
-    log = (run / "logs" / "evaluator.log").read_text()
+    # It stopped with the run, by itself after the final evaluation.
     pid = int(re.search(r"evaluator started \(pid (\d+)\)", log).group(1))
-    assert "evaluator stopping" in log
+    assert "evaluator stopping after the final evaluation" in log
     assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
 
 
