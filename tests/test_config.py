@@ -76,6 +76,7 @@ def test_describe_lists_every_field_with_its_source():
         ({"num_processes": True}, "num_processes", "int"),
         ({"eval_interval_frames": -5}, "eval_interval_frames", ">= 0"),
         ({"eval_episodes": 0}, "eval_episodes", ">= 1"),
+        ({"eval_final_timeout_s": -1.0}, "eval_final_timeout_s", ">= 0"),
         ({"advantage_learning": 1.0}, "advantage_learning", "[0, 1)"),
         ({"frontier_start_share": 1.0}, "frontier_start_share", "[0, 1)"),
         ({"frontier_start_share": 0.5}, "frontier_start_share", "Catch"),  # the tiny preset's env

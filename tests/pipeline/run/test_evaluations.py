@@ -27,3 +27,4 @@ def test_the_line_gives_mean_median_flag_rate_and_the_protocol() -> None:
         "x_pos mean 1234 median 898, flag rate 0.15, return 1100.2"
     )
     assert "update 1200, 1 episode(s) greedy)" in announcement(result(episodes=1, epsilon=0.0))
+    assert announcement(result(final=True)).startswith("final evaluation of weights v3 (frames 250,112,")

@@ -1,6 +1,6 @@
 """Faults around a run's writes and startup: a disk that fills up during periodic
-checkpoints, Ctrl-C during the learner's compile warm-up, and a ``--resume`` checkpoint
-that cannot load this run.
+checkpoints, Ctrl-C during the learner's compile warm-up and during the final evaluation,
+and a ``--resume`` checkpoint that cannot load this run.
 
 The end-to-end tests run ``python main.py`` as a user would, with real collector
 processes and real shared memory, on the synthetic Catch env (the ``tiny`` preset).
@@ -31,7 +31,7 @@ from pipeline.run.startup import network_mismatch, save_replay, saved_replay_pro
 from pipeline.run.write_failures import WriteFailures
 from pipeline.transport.segments import project_segments, run_tag
 from tests.pipeline.run.test_startup import filled_replay
-from tests.pipeline.run.test_trainer import ROOT
+from tests.pipeline.run.test_trainer import ROOT, checkpoints
 
 TOTAL_FRAMES = 3000
 CHECKPOINT_INTERVAL_S = 1.0
@@ -206,6 +206,36 @@ def test_ctrl_c_during_the_compile_warm_up_stops_the_run(tmp_path):
     assert "first update" not in output, output[-3000:]
     assert not project_segments(run_tag(run))
     assert (run / "run.lock").read_text() == ""  # released
+
+
+@pytest.mark.slow
+def test_ctrl_c_during_the_final_evaluation_skips_it_and_keeps_the_final_checkpoint(tmp_path):
+    """A run that reached its frames waits for the final evaluation of its last weights;
+    a Ctrl-C then ends the wait (not the shutdown): the final checkpoint is written, the
+    evaluator goes, no shared memory is left, exit 0."""
+    run = tmp_path / "final-eval"
+    # An evaluation far too long to finish (100k Catch episodes) and no periodic one: the
+    # run is still waiting for it when the Ctrl-C comes, however fast the machine.
+    started = LoggedRun(
+        [
+            sys.executable,
+            "main.py",
+            *main_args(run, "--total-frames", str(TOTAL_FRAMES), "--eval-interval", "1000000"),
+            *("--set", "eval_episodes=100000", "--set", "eval_final_timeout_s=3600"),
+        ]
+    )
+    started.wait_for("final evaluation of the last weights", timeout_s=600)
+    time.sleep(1.0)
+    started.interrupt()
+    code = started.finish(timeout_s=180)
+    output = started.output
+    assert code == 0, output[-3000:]
+    assert "final evaluation: skipped (Ctrl-C)" in output, output[-3000:]
+    assert re.search(r"final checkpoint: .*ckpt-\d+\.pt \(reached 3000 frames\)", output), output[-3000:]
+    assert load_checkpoint(checkpoints(run)[-1])["counters"]["frames"] >= TOTAL_FRAMES
+    assert "evaluator stopping" in (run / "logs" / "evaluator.log").read_text()
+    assert not project_segments(run_tag(run))
+    assert (run / "run.lock").read_text() == ""
 
 
 def test_a_startup_signal_is_remembered_even_when_its_interrupt_is_swallowed():
