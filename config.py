@@ -118,6 +118,11 @@ class Config:
     """At a reset, the fraction of each weight kept; the rest comes from a fresh init."""
     dueling: bool = True
     """Use the dueling head."""
+    batch_norm: bool = True
+    """BatchNorm after every conv of the Q-network; false gives the biased convs of Nature
+    DQN, SPR and BBF, a network that computes the same function when learning and acting
+    (with BatchNorm the learner normalises by each batch, the acting copies by running
+    statistics)."""
     prioritized_replay: bool = False
     """Prioritized replay: draw transitions in proportion to (|TD error| + eps) ** alpha and
     weight their loss by importance sampling (proportional PER on a sum tree)."""
@@ -273,6 +278,7 @@ FIELD_NAMES: frozenset[str] = frozenset(f.name for f in fields(Config))
 # so, whatever today's defaults are (its network has no previous-action input).
 SAVED_BEFORE: dict[str, Any] = {
     "prev_action_input": False,
+    "batch_norm": True,
     "exploration": "epsilon",
     "epsilon_schedule": "linear",
     "frontier_start_share": 0.0,

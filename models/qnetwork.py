@@ -20,6 +20,12 @@ fc layer uses ``kaiming_normal_(mode="fan_in", nonlinearity="relu")`` because no
 normalises after it; the output layers use fan_in with a linear gain so initial Q-values
 start near zero with unit-ish spread. BN weight = 1, BN bias = 0, linear biases = 0.
 
+Without BatchNorm (``batch_norm=False``, the trunk of Nature DQN, SPR and BBF): the convs
+get a bias and ``fan_in`` initialisation (nothing rescales their output), and the network
+computes the same function in train and eval mode. With BatchNorm the learner normalises
+with each batch's statistics and the acting copies with the running ones, and the two
+disagree on the greedy action of some states (docs/learning.md).
+
 Previous action (``prev_action_input``): four stacked frames show Mario's position and
 speed but not whether A is already held, which decides whether right+A starts a jump.
 With the option on, ``forward`` also takes the previous agent step's action (int64
@@ -43,7 +49,9 @@ _TRUNK_OUT_FEATURES: int = 64 * 7 * 7
 _HIDDEN: int = 512
 
 
-def _conv_bn(in_channels: int, out_channels: int, kernel: int, stride: int) -> list[nn.Module]:
+def _conv(in_channels: int, out_channels: int, kernel: int, stride: int, batch_norm: bool) -> list[nn.Module]:
+    if not batch_norm:
+        return [nn.Conv2d(in_channels, out_channels, kernel_size=kernel, stride=stride), nn.ReLU(inplace=True)]
     # bias=False: the following BatchNorm's shift makes a conv bias redundant.
     return [
         nn.Conv2d(in_channels, out_channels, kernel_size=kernel, stride=stride, bias=False),
@@ -64,6 +72,8 @@ class QNetwork(nn.Module):
             updates ~9%, compiled bf16 updates ~7% faster) but ~60% slower for batch-1
             inference, so the learner turns it on and acting copies leave it off. Only
             activations change layout; the weights (and so state_dicts) stay contiguous.
+        prev_action_input: also take the previous agent step's action (see the module docstring).
+        batch_norm: BatchNorm2d after every conv (default); off, biased convs instead.
     """
 
     def __init__(
@@ -74,6 +84,7 @@ class QNetwork(nn.Module):
         *,
         channels_last: bool = False,
         prev_action_input: bool = False,
+        batch_norm: bool = True,
     ) -> None:
         super().__init__()
         if num_actions < 1:
@@ -85,11 +96,12 @@ class QNetwork(nn.Module):
         self.dueling = dueling
         self.channels_last = channels_last
         self.prev_action_input = prev_action_input
+        self.batch_norm = batch_norm
 
         self.features = nn.Sequential(
-            *_conv_bn(frame_stack, 32, 8, 4),
-            *_conv_bn(32, 64, 4, 2),
-            *_conv_bn(64, 64, 3, 1),
+            *_conv(frame_stack, 32, 8, 4, batch_norm),
+            *_conv(32, 64, 4, 2, batch_norm),
+            *_conv(64, 64, 3, 1, batch_norm),
             nn.Flatten(),
         )
         self.fc = nn.Sequential(nn.Linear(_TRUNK_OUT_FEATURES, _HIDDEN), nn.ReLU(inplace=True))
@@ -107,7 +119,12 @@ class QNetwork(nn.Module):
         output_layers = {self.value, self.advantage} if self.dueling else {self.head}
         for module in self.modules():
             if isinstance(module, nn.Conv2d):
-                nn.init.kaiming_normal_(module.weight, mode="fan_out", nonlinearity="relu")
+                # With BN the forward scale is restored anyway (fan_out keeps the backward
+                # signal well scaled); without it, fan_in keeps the activations at unit scale.
+                mode = "fan_out" if self.batch_norm else "fan_in"
+                nn.init.kaiming_normal_(module.weight, mode=mode, nonlinearity="relu")
+                if module.bias is not None:
+                    nn.init.zeros_(module.bias)
             elif isinstance(module, nn.BatchNorm2d):
                 nn.init.ones_(module.weight)
                 nn.init.zeros_(module.bias)
@@ -120,10 +137,6 @@ class QNetwork(nn.Module):
                 gain_for = "linear" if module in output_layers else "relu"
                 nn.init.kaiming_normal_(module.weight, mode="fan_in", nonlinearity=gain_for)
                 nn.init.zeros_(module.bias)
-            elif isinstance(module, nn.Embedding):
-                nn.init.normal_(module.weight, std=0.5)
-                with torch.no_grad():
-                    module.weight[self.num_actions].zero_()
 
     def forward(self, obs: torch.Tensor, prev_action: torch.Tensor | None = None) -> torch.Tensor:
         """Q-values ``[B, num_actions]`` for uint8 (or already-float 0..255) ``[B, S, 84, 84]``.
@@ -154,7 +167,11 @@ class QNetwork(nn.Module):
 
 
 def build_qnetwork(
-    num_actions: int, frame_stack: int = 4, dueling: bool = True, prev_action_input: bool = False
+    num_actions: int,
+    frame_stack: int = 4,
+    dueling: bool = True,
+    prev_action_input: bool = False,
+    batch_norm: bool = True,
 ) -> QNetwork:
     """A fresh CPU ``QNetwork`` in eval mode, for a collector's acting copy.
 
@@ -163,7 +180,13 @@ def build_qnetwork(
     ``requires_grad`` switched off so no autograd bookkeeping is done while acting.
     It keeps the default NCHW activations, which are faster for batch-1 inference.
     """
-    net = QNetwork(num_actions, frame_stack=frame_stack, dueling=dueling, prev_action_input=prev_action_input)
+    net = QNetwork(
+        num_actions,
+        frame_stack=frame_stack,
+        dueling=dueling,
+        prev_action_input=prev_action_input,
+        batch_norm=batch_norm,
+    )
     net.eval()
     net.requires_grad_(False)
     return net

@@ -125,6 +125,7 @@ class LearnerSettings:
     dueling: bool = True
     frame_stack: int = 4
     prev_action_input: bool = False  # the network also sees the previous action (QNetwork)
+    batch_norm: bool = True  # BatchNorm after every conv (QNetwork)
     augment_pad: int = 0  # random-shift augmentation of obs and next_obs (pixels; 0 = off)
     target_tau: float = 0.0  # moving-average target per update (0 = copy every target_sync_updates)
     advantage_learning: float = 0.0  # alpha of the advantage-learning target (0 = plain Double DQN)
@@ -148,6 +149,7 @@ class LearnerSettings:
             dueling=cfg.dueling,
             frame_stack=cfg.frame_stack,
             prev_action_input=cfg.prev_action_input,
+            batch_norm=cfg.batch_norm,
             augment_pad=cfg.augment_shift,
             target_tau=cfg.target_tau,
             advantage_learning=cfg.advantage_learning,
@@ -503,6 +505,7 @@ class Learner:
             settings.dueling,
             channels_last=channels_last,
             prev_action_input=settings.prev_action_input,
+            batch_norm=settings.batch_norm,
         )
 
     def _batch_to_device(self, batch: BatchLike) -> tuple[torch.Tensor, ...]:

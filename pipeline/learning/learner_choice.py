@@ -134,6 +134,7 @@ def choose_learner(
         "num_actions": spec["num_actions"],
         "frame_stack": cfg.frame_stack,
         "dueling": cfg.dueling,
+        "batch_norm": cfg.batch_norm,
         "variants": variants,
     }
     digest = hashlib.sha1(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]

@@ -134,7 +134,7 @@ def check_action_count(path: Path | str, trained_actions: int, config: Config, e
 
 
 def network_of(config: Config, num_actions: int) -> Any:
-    """A fresh CPU ``QNetwork`` shaped as ``config`` says (frame stack, dueling, previous action)."""
+    """A fresh CPU ``QNetwork`` shaped as ``config`` says (frame stack, dueling, previous action, BatchNorm)."""
     from models import QNetwork
 
     return QNetwork(
@@ -142,6 +142,7 @@ def network_of(config: Config, num_actions: int) -> Any:
         frame_stack=config.frame_stack,
         dueling=config.dueling,
         prev_action_input=config.prev_action_input,
+        batch_norm=config.batch_norm,
     )
 
 

@@ -132,7 +132,7 @@ def load_resume_checkpoint(cfg: Config) -> tuple[Path, Path, dict[str, Any]]:
 
 
 # The settings that shape the network: a checkpoint resumes only into the same shape.
-NETWORK_FIELDS = ("frame_stack", "dueling", "prev_action_input")
+NETWORK_FIELDS = ("frame_stack", "dueling", "prev_action_input", "batch_norm")
 
 
 def network_mismatch(state: dict[str, Any], cfg: Config, num_actions: int) -> str:

@@ -211,6 +211,7 @@ def tuning_path(cfg: Config, device: str = "cpu") -> Path:
         "replay_ratio": cfg.replay_ratio,
         "frame_stack": cfg.frame_stack,
         "dueling": cfg.dueling,
+        "batch_norm": cfg.batch_norm,
         "variants": list(LEARNER_VARIANTS),
     }
     digest = hashlib.sha1(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]

@@ -69,6 +69,24 @@ def test_batchnorm_after_each_conv_and_convs_have_no_bias() -> None:
     assert net.fc[0].in_features == 3136 and net.fc[0].out_features == 512
 
 
+def test_without_batchnorm_convs_have_biases_and_train_and_eval_agree() -> None:
+    net = QNetwork(7, batch_norm=False)
+    layers = list(net.features)
+    assert not any(isinstance(layer, nn.BatchNorm2d) for layer in layers)
+    convs = [layer for layer in layers if isinstance(layer, nn.Conv2d)]
+    assert len(convs) == 3 and all(conv.bias is not None and not conv.bias.any() for conv in convs)
+    assert not list(net.buffers())  # nothing running: the state_dict is weights only
+    obs = _obs(batch=4)
+    with torch.no_grad():
+        torch.testing.assert_close(net.train()(obs), net.eval()(obs))
+        # fan_in initialisation keeps the trunk's activations at unit scale (no BN to restore it).
+        features = net.features(obs.float() / 255.0)
+    assert 0.05 < features.pow(2).mean().sqrt().item() < 5.0
+    # A checkpoint of one kind does not load into the other.
+    with pytest.raises(RuntimeError):
+        QNetwork(7).load_state_dict(net.state_dict())
+
+
 def test_dueling_head_vs_plain_head() -> None:
     dueling = QNetwork(6, dueling=True)
     plain = QNetwork(6, dueling=False)

@@ -94,9 +94,9 @@ def perturb(module: nn.Module, seed: int) -> None:
 # ---------------------------------------------------------------------------- loss
 
 
-@pytest.mark.parametrize("prev_action_input", [False, True])
-def test_double_dqn_loss_matches_hand_computation(prev_action_input: bool) -> None:
-    learner = make_learner(prev_action_input=prev_action_input)
+@pytest.mark.parametrize(("prev_action_input", "batch_norm"), [(False, True), (True, True), (False, False)])
+def test_double_dqn_loss_matches_hand_computation(prev_action_input: bool, batch_norm: bool) -> None:
+    learner = make_learner(prev_action_input=prev_action_input, batch_norm=batch_norm)
     # Make the target differ from the online net so Double DQN != using either alone.
     perturb(learner.target, seed=1)
     batch = make_batch(size=6, valid=5)
@@ -300,9 +300,12 @@ def test_compile_failure_falls_back_to_eager_with_one_warning() -> None:
 
 # Inductor itself triggers torch.jit deprecation warnings while compiling; not ours.
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")
-@pytest.mark.parametrize(("prev_action_input", "advantage_learning"), [(False, 0.0), (True, 0.0), (False, 0.9)])
-def test_compiled_loss_matches_eager(prev_action_input: bool, advantage_learning: float) -> None:
-    options = dict(prev_action_input=prev_action_input, advantage_learning=advantage_learning)
+@pytest.mark.parametrize(
+    ("prev_action_input", "advantage_learning", "batch_norm"),
+    [(False, 0.0, True), (True, 0.0, True), (False, 0.9, True), (False, 0.0, False)],
+)
+def test_compiled_loss_matches_eager(prev_action_input: bool, advantage_learning: float, batch_norm: bool) -> None:
+    options = dict(prev_action_input=prev_action_input, advantage_learning=advantage_learning, batch_norm=batch_norm)
     compiled = make_learner(compile=True, **options)
     eager = make_learner(**options)
     compiled.warmup(batch_size=4)

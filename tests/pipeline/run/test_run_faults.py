@@ -320,6 +320,13 @@ def test_resume_checks_name_the_setting_that_changes_the_network():
     assert network_mismatch(older, Config(**PRESETS["tiny"], prev_action_input=True), 3).startswith(
         "its network was trained with prev_action_input=False"
     )
+    without_batch_norm = {"config": {**cfg.to_dict(), "batch_norm": False}, "num_actions": 3}
+    assert "--set batch_norm=false" in network_mismatch(without_batch_norm, cfg, 3)
+    before_the_field = {"config": {k: v for k, v in cfg.to_dict().items() if k != "batch_norm"}, "num_actions": 3}
+    assert network_mismatch(before_the_field, cfg, 3) == ""  # it was trained with BatchNorm
+    assert "trained with batch_norm=True" in network_mismatch(
+        before_the_field, Config(**PRESETS["tiny"], batch_norm=False), 3
+    )
     mario = Config(env_id="SuperMarioBros-1-1-v0", action_set="complex")
     message = network_mismatch({"config": Config().to_dict(), "num_actions": 7}, mario, 12)
     assert "7 actions" in message and "--set action_set=simple" in message
