@@ -218,12 +218,19 @@ class Evaluator:
         process = self.process
         if process is None or self._final is None or not self._final.is_set():
             return False
+        self._wait_for_exit(process, timeout_s, give_up)
+        self._drain()  # what it wrote just before it exited
+        return not process.is_alive()
+
+    def _wait_for_exit(
+        self, process: mp.process.BaseProcess, timeout_s: float, give_up: Callable[[], bool] = lambda: False
+    ) -> None:
+        """Join the process for up to ``timeout_s`` (or until ``give_up()``), draining the
+        queue meanwhile so that a result in the pipe never keeps the child from exiting."""
         deadline = time.monotonic() + timeout_s
         while process.is_alive() and time.monotonic() < deadline and not give_up():
             self._drain()
             process.join(0.1)
-        self._drain()  # what it wrote just before it exited
-        return not process.is_alive()
 
     def stop(self, timeout_s: float = 10) -> None:
         """Ask the process to finish, wait up to ``timeout_s``, then terminate/kill it.
@@ -235,10 +242,7 @@ class Evaluator:
         if process is None or self._stop is None or self._queue is None:
             return  # never started, or already stopped
         self._stop.set()
-        deadline = time.monotonic() + timeout_s
-        while process.is_alive() and time.monotonic() < deadline:
-            self._drain()  # keep the pipe empty so the child can exit
-            process.join(0.1)
+        self._wait_for_exit(process, timeout_s)
         if process.is_alive():
             process.terminate()
             process.join(2.0)
