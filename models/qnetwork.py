@@ -13,6 +13,10 @@ Architecture (Mnih et al. 2015, with BatchNorm2d after every conv):
     dueling:  V(s) + A(s, a) - mean_a A(s, a)      (Wang et al. 2016)
     plain:    linear 512 -> num_actions
 
+Under autocast (the learner's bf16 or fp16) the trunk and fc run in low precision and the
+output layers in fp32: the greedy action depends on gaps between Q-values a hundred times
+smaller than the values, finer than bf16 resolves (``forward``).
+
 Initialisation (He et al. 2015): convs use ``kaiming_normal_(mode="fan_out",
 nonlinearity="relu")`` as torchvision does for convs followed by BatchNorm (BN rescales
 the forward signal anyway, so fan_out keeps the *backward* signal well scaled); the hidden
@@ -158,12 +162,19 @@ class QNetwork(nn.Module):
             h = relu(linear(self.features(x)) + self.prev_action(prev_action))
         else:
             h = self.fc(self.features(x))
-        if not self.dueling:
-            return self.head(h)
-        value = self.value(h)
-        advantage = self.advantage(h)
-        # Subtracting the mean advantage makes V/A identifiable (Wang et al. 2016, eq. 9).
-        return value + advantage - advantage.mean(dim=1, keepdim=True)
+        # The output layers run in fp32 even under autocast: Q-values are tens (66 on 1-1 at
+        # 1.5M frames) while the gaps between actions that decide the greedy action are
+        # tenths, and bf16's 8-bit mantissa rounds to 0.25 between 32 and 64. In bf16 a third
+        # of replay states had a tied best action and the argmax disagreed with fp32's on 15 %
+        # (docs/learning.md). The heads are 512 x (1 + num_actions) MACs: nothing to save.
+        with torch.autocast(device_type=h.device.type, enabled=False):
+            h = h.float()
+            if not self.dueling:
+                return self.head(h)
+            value = self.value(h)
+            advantage = self.advantage(h)
+            # Subtracting the mean advantage makes V/A identifiable (Wang et al. 2016, eq. 9).
+            return value + advantage - advantage.mean(dim=1, keepdim=True)
 
 
 def build_qnetwork(

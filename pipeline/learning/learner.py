@@ -51,8 +51,11 @@ continues in eager mode; a failure caused by Ctrl-C is raised as ``KeyboardInter
 exercise the fallback in tests.
 
 Mixed precision (``settings.amp``): bf16 autocast on CPU; on CUDA bf16 when supported,
-else fp16 with a ``GradScaler``. Parameters and optimizer state stay float32; the loss
-is computed in float32.
+else fp16 with a ``GradScaler``. Autocast covers the loss's forward and backward, the bulk
+of an update; the no-grad target forwards run in float32, and the network's output layers
+always do (``QNetwork``): Q-values are tens, the gaps between actions that decide every
+argmax are tenths, and bf16 keeps three significant digits. Parameters and optimizer
+state stay float32; the loss is computed in float32.
 
 Metrics are accumulated in device tensors; ``pop_metrics`` does the only host sync.
 """
@@ -449,15 +452,16 @@ class Learner:
         action: torch.Tensor,
     ) -> torch.Tensor:
         """Double-DQN bootstrap targets (float32), with the advantage-learning term when
-        ``advantage_learning`` > 0; both nets in eval mode, no grad."""
+        ``advantage_learning`` > 0; both nets in eval mode, no grad, and no autocast: in
+        eval mode BatchNorm is an affine map with a large shift, and in bf16 it cancels
+        to errors of ~0.35 in a Q of 66, as large as the action gaps (docs/learning.md)."""
         alpha = self.settings.advantage_learning
-        with self._autocast():
-            q_next_online = self.online(next_obs, next_prev)
-            if alpha > 0:  # a Python constant: the compiled graph has one branch
-                both = self.target(torch.cat((next_obs, obs)), torch.cat((next_prev, prev)))
-                q_next_target, q_target = both.float().tensor_split(2)
-            else:
-                q_next_target = self.target(next_obs, next_prev).float()
+        q_next_online = self.online(next_obs, next_prev)
+        if alpha > 0:  # a Python constant: the compiled graph has one branch
+            both = self.target(torch.cat((next_obs, obs)), torch.cat((next_prev, prev)))
+            q_next_target, q_target = both.tensor_split(2)
+        else:
+            q_next_target = self.target(next_obs, next_prev)
         best_action = q_next_online.argmax(dim=1, keepdim=True)
         bootstrap = q_next_target.gather(1, best_action).squeeze(1)
         target = ret + discount * bootstrap

@@ -53,7 +53,7 @@ BATCH_SIZES = (32, 64, 128)
 ENV_SECONDS = 6.0
 BATCH_CHANGE_GAIN = 0.9  # another batch size must cost at most this much per sample
 INFER_OVERHEAD = 1.1  # acting (batched forward passes) and ring writes: ~10 % of a collector's time
-TUNING_VERSION = 1
+TUNING_VERSION = 2  # 2: AMP learners got slower (fp32 targets), so their cached rates are stale
 
 
 @dataclass

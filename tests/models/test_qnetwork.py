@@ -169,3 +169,26 @@ def test_previous_action_gets_gradients_except_none() -> None:
     grad = net.prev_action.weight.grad
     assert grad is not None and bool((grad[:3].abs().sum(1) > 0).all())
     assert torch.equal(grad[3], torch.zeros(512))
+
+
+@pytest.mark.parametrize("dueling", [True, False])
+def test_heads_keep_small_action_gaps_under_bf16_autocast(dueling: bool) -> None:
+    """Q-values of tens with gaps of tenths (a trained Mario network's): bf16 rounds 60 to a
+    step of 0.25, so the output layers must run in fp32 for the argmax to see the gaps."""
+    net = QNetwork(num_actions=7, dueling=dueling).eval()
+    gaps = torch.linspace(0.0, 0.3, 7)  # 0.05 apart: below bf16's resolution at 60
+    with torch.no_grad():
+        head = net.value if dueling else net.head
+        head.bias.add_(60.0)
+        if dueling:
+            net.advantage.bias.copy_(gaps)
+        else:
+            net.head.bias.add_(gaps)
+        obs = _obs(batch=4)
+        full = net(obs)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            mixed = net(obs)
+    assert mixed.dtype == torch.float32
+    # The trunk's bf16 rounding moves every action's Q alike; the gaps between them stay.
+    assert torch.equal(mixed.argmax(dim=1), full.argmax(dim=1))
+    assert (mixed.diff(dim=1) - full.diff(dim=1)).abs().max() < 0.01

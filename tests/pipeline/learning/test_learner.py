@@ -336,6 +336,25 @@ def test_amp_on_cpu_uses_bf16_and_trains() -> None:
     assert all(p.dtype == torch.float32 for p in learner.online.parameters())
 
 
+def test_amp_targets_are_computed_in_float32() -> None:
+    """Under AMP the no-grad target forwards run without autocast: the targets equal the
+    fp32 learner's exactly, while the loss's forward does run in bf16."""
+    batch = make_batch(size=8)
+    fp32, amp = make_learner(amp=False), make_learner(amp=True)
+    amp.online.load_state_dict(fp32.online.state_dict())
+    perturb(amp.target, seed=3)
+    fp32.target.load_state_dict(amp.target.state_dict())
+    tensors = amp._batch_to_device(batch)
+    obs, action, ret, next_obs, discount, weight, prev, next_prev = tensors
+    expected = fp32._compute_targets(next_obs, next_prev, ret, discount, obs, prev, action)
+    got = amp._compute_targets(next_obs, next_prev, ret, discount, obs, prev, action)
+    assert got.dtype == torch.float32
+    assert torch.equal(got, expected)
+    loss_amp, _, _ = amp._loss_impl(obs, prev, action, got, weight, weight.sum())
+    loss_fp32, _, _ = fp32._loss_impl(obs, prev, action, got, weight, weight.sum())
+    assert loss_amp.item() != loss_fp32.item()  # the loss's forward is the part in bf16
+
+
 def test_amp_disabled() -> None:
     assert make_learner(amp=False).amp_dtype is None
 
