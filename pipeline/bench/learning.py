@@ -105,8 +105,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--compare",
         metavar="NAMES",
-        help="comma-separated variants in --out to compare with (default: every other variant there "
-        "evaluated by the same protocol)",
+        help="comma-separated variants in --out to compare with and draw beside it (default: every other "
+        "variant there evaluated by the same protocol)",
     )
     parser.add_argument("--no-train", action="store_true", help="only evaluate and report the runs already there")
     return parser
@@ -269,6 +269,15 @@ def other_variants(out: Path, result: dict[str, Any]) -> dict[str, dict[str, Any
     return found
 
 
+def drawn_variants(
+    result: dict[str, Any], others: dict[str, dict[str, Any]], names: list[str] | None
+) -> dict[str, dict[str, Any]]:
+    """The variants the figure shows: ``result`` first, then the ones named (default: all
+    of ``others``). A folder of many variants draws an unreadable tangle otherwise."""
+    chosen = others if names is None else {name: others[name] for name in names if name in others}
+    return {result["name"]: result, **chosen}
+
+
 def comparisons(result: dict[str, Any], others: dict[str, dict[str, Any]], names: list[str] | None) -> list[dict]:
     """``result`` against the variants named (default: all of ``others``)."""
     chosen = list(others) if names is None else names
@@ -328,7 +337,7 @@ def learning_command(argv: list[str]) -> int:
     print_report(result)
     variants = {
         name: [[MarkResult.from_dict(r) for r in s["curve"]] for s in variant["seeds"]]
-        for name, variant in {args.name: result, **others}.items()
+        for name, variant in drawn_variants(result, others, args.compare_names).items()
     }
     env_id = json.loads((Path(seeds[0]["run"]) / "config.json").read_text())["config"]["env_id"]
     # Two lines: the protocol's description is too long for one line of the figure.

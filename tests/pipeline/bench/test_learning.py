@@ -19,7 +19,7 @@ import torch
 from config import Config
 from models import QNetwork
 from pipeline.bench.command import _without_only_learning
-from pipeline.bench.learning import learning_command, parse, results_name, wall_and_ratio
+from pipeline.bench.learning import drawn_variants, learning_command, parse, results_name, wall_and_ratio
 from pipeline.bench.learning_curves import (
     BENCH_FIRST_SEED,
     EVAL_CACHE,
@@ -262,6 +262,14 @@ def test_a_report_in_an_out_folder_elsewhere_compares_variants_on_the_same_seeds
     assert line.endswith(NOISE) and "difference +0" in line
     assert any(line.startswith("  x_pos median @0.5M") for line in printed)
     assert any("over seeds: mean (min..max)" in line for line in printed)
+
+
+def test_the_figure_draws_the_variant_and_only_the_ones_compared_with() -> None:
+    result = {"name": "new", "seeds": []}
+    others = {name: {"name": name, "seeds": []} for name in ("default", "old", "older")}
+    assert list(drawn_variants(result, others, None)) == ["new", "default", "old", "older"]
+    assert list(drawn_variants(result, others, ["older", "default"])) == ["new", "older", "default"]
+    assert drawn_variants(result, others, ["default"])["new"] is result
 
 
 def test_wall_time_adds_up_across_resumed_processes(tmp_path: Path) -> None:
