@@ -155,10 +155,12 @@ def evaluator_pid(run: Path) -> int | None:
 
 def test_killed_evaluator_is_reported_and_training_goes_on(tmp_path):
     run = tmp_path / "evalkill"
-    proc = start(run, "--eval-interval", "1")
+    # One episode per evaluation: the evaluator runs at nice 10, so on one busy core (the
+    # suite under taskset -c 0) its share is a few percent and ten episodes take minutes.
+    proc = start(run, "--eval-interval", "1", "--set", "eval_episodes=1")
     try:
         wait_until(lambda: training_started(run) and evaluator_pid(run) is not None, 600, proc=proc)
-        wait_until(lambda: float(read_csv(run / "metrics.csv")[-1]["evaluations"]) >= 1, 300, proc=proc)
+        wait_until(lambda: float(read_csv(run / "metrics.csv")[-1]["evaluations"]) >= 1, 600, proc=proc, poll_s=0.5)
         os.kill(evaluator_pid(run), signal.SIGKILL)
         updates_at_kill = float(read_csv(run / "metrics.csv")[-1]["updates"])
         wait_until(lambda: float(read_csv(run / "metrics.csv")[-1]["updates"]) > updates_at_kill + 20, 300, proc=proc)
