@@ -61,6 +61,9 @@ class Config:
     """Multiplier applied to the game's reward before it is stored."""
     no_progress_steps: int = 200
     """Truncate an episode after this many agent steps without new x progress (0 = off)."""
+    no_progress_terminal: bool = False
+    """End the no-progress cut as a terminal (not bootstrapped: the loop of pressing into a
+    pipe is then worth nothing from the cut on) instead of a truncation (bootstrapped)."""
     max_episode_steps: int = 4000
     """Truncate an episode after this many agent steps (0 = off)."""
 
@@ -269,6 +272,7 @@ class Config:
             frame_skip=self.frame_skip,
             reward_scale=self.reward_scale if reward_scale is None else reward_scale,
             no_progress_steps=self.no_progress_steps,
+            no_progress_terminal=self.no_progress_terminal,
             max_episode_steps=self.max_episode_steps,
         )
 

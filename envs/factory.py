@@ -59,6 +59,7 @@ def make_env(
     frame_skip: int = 4,
     reward_scale: float = 1.0,
     no_progress_steps: int = 0,
+    no_progress_terminal: bool = False,
     max_episode_steps: int | None = 0,
     seed: int | None = None,
     preprocess: bool = True,
@@ -82,6 +83,7 @@ def make_env(
         reward_scale: factor applied to every reward (> 0).
         no_progress_steps: truncate after this many agent steps without a new
             maximum x position; 0 disables.
+        no_progress_terminal: end that cut as terminated instead of truncated.
         max_episode_steps: truncate after this many agent steps; 0 or None disables.
         seed: seeds the env's RNG (and action space) now, so a later ``reset()``
             without a seed is reproducible. Fixed-stage Mario is deterministic given
@@ -118,7 +120,7 @@ def make_env(
         if reward_scale != 1.0:
             env = RewardScale(env, reward_scale)
         if no_progress_steps and spec.kind != "catch":
-            env = NoProgressTruncation(env, no_progress_steps)
+            env = NoProgressTruncation(env, no_progress_steps, terminal=no_progress_terminal)
         if max_episode_steps:
             env = TimeLimit(env, max_episode_steps)
 

@@ -181,10 +181,15 @@ class NoProgressTruncation(gymnasium.Wrapper[np.ndarray, Any, np.ndarray, Any]):
     life changes, since a respawn or a new stage starts x_pos from the left again and
     would otherwise count as no progress. ``max_steps=0`` disables the wrapper. A step
     that is already terminal is not also marked truncated.
+
+    ``terminal=True`` ends the cut as ``terminated`` instead: a learner then does not
+    bootstrap from it, so standing stuck is worth nothing from the cut on, where a
+    truncation gives it the value of the state it was cut in.
     """
 
-    def __init__(self, env: gymnasium.Env[np.ndarray, Any], max_steps: int) -> None:
+    def __init__(self, env: gymnasium.Env[np.ndarray, Any], max_steps: int, *, terminal: bool = False) -> None:
         super().__init__(env)
+        self.terminal = bool(terminal)
         if not isinstance(max_steps, (int, np.integer)) or max_steps < 0:
             raise ValueError(f"no-progress steps must be an integer >= 0 (0 disables), got {max_steps!r}")
         self.max_steps = int(max_steps)
@@ -218,5 +223,8 @@ class NoProgressTruncation(gymnasium.Wrapper[np.ndarray, Any, np.ndarray, Any]):
         else:
             self._stalled += 1
         if self.max_steps and self._stalled >= self.max_steps and not terminated:
-            truncated = True
+            if self.terminal:
+                terminated = True
+            else:
+                truncated = True
         return obs, reward, terminated, truncated, info

@@ -15,6 +15,17 @@ import envs
 from envs.legacy import load_legacy
 
 
+def test_run_config_no_progress_terminal_reaches_the_env() -> None:
+    from config import Config
+
+    cfg = Config(no_progress_steps=3, no_progress_terminal=True)
+    env = envs.make_env("SuperMarioBros-1-1-v0", **cfg.env_kwargs())
+    env.reset()
+    ends = [env.step(0)[2:4] for _ in range(3)]  # NOOP: no new x, cut at the third step
+    assert ends == [(False, False), (False, False), (True, False)]
+    env.close()
+
+
 def test_full_mario_stack_outputs_84x84_uint8() -> None:
     env = envs.make_env("SuperMarioBros-1-1-v0", no_progress_steps=10, max_episode_steps=100)
     assert env.observation_space.shape == (84, 84) and env.observation_space.dtype == np.uint8

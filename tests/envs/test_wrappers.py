@@ -201,6 +201,17 @@ def test_no_progress_truncates_after_exactly_max_steps_standing_still() -> None:
     env.close()
 
 
+def test_no_progress_terminal_ends_the_cut_as_terminated() -> None:
+    max_steps = 5
+    env = NoProgressTruncation(_skipping_simple_env(), max_steps, terminal=True)
+    env.reset()
+    for step in range(1, max_steps + 1):
+        _, _, terminated, truncated, _ = env.step(0)  # NOOP: Mario stands still
+        assert not truncated
+        assert terminated == (step == max_steps), step
+    env.close()
+
+
 def test_no_progress_does_not_truncate_while_moving_right() -> None:
     env = NoProgressTruncation(_skipping_simple_env(), 3)
     env.reset()
