@@ -64,6 +64,11 @@ class Config:
     no_progress_terminal: bool = False
     """End the no-progress cut as a terminal (not bootstrapped: the loop of pressing into a
     pipe is then worth nothing from the cut on) instead of a truncation (bootstrapped)."""
+    jump_retrigger: bool = False
+    """Mario: holding A jumps again on landing (A is released for one frame when Mario
+    lands with it held, see envs.wrappers.JumpRetrigger). A controller change, not the
+    game's: on 1-1 a constant right+A then reaches the flag, so figures with it are not
+    comparable with the field's plain joypad."""
     max_episode_steps: int = 4000
     """Truncate an episode after this many agent steps (0 = off)."""
 
@@ -273,6 +278,7 @@ class Config:
             reward_scale=self.reward_scale if reward_scale is None else reward_scale,
             no_progress_steps=self.no_progress_steps,
             no_progress_terminal=self.no_progress_terminal,
+            jump_retrigger=self.jump_retrigger,
             max_episode_steps=self.max_episode_steps,
         )
 
@@ -287,6 +293,7 @@ SAVED_BEFORE: dict[str, Any] = {
     "epsilon_schedule": "linear",
     "frontier_start_share": 0.0,
     "frontier_point_episodes": 1,
+    "jump_retrigger": False,
 }
 FIELD_TYPES: dict[str, str] = {f.name: str(f.type) for f in fields(Config)}
 

@@ -21,6 +21,7 @@ from envs.mario import MarioEnv
 from envs.wrappers import (
     ActionSet,
     Grayscale,
+    JumpRetrigger,
     MaxAndSkip,
     NoProgressTruncation,
     Resize,
@@ -60,13 +61,14 @@ def make_env(
     reward_scale: float = 1.0,
     no_progress_steps: int = 0,
     no_progress_terminal: bool = False,
+    jump_retrigger: bool = False,
     max_episode_steps: int | None = 0,
     seed: int | None = None,
     preprocess: bool = True,
 ) -> gymnasium.Env:
     """Build the environment for ``env_id``.
 
-    Mario: ``MarioEnv -> ActionSet -> MaxAndSkip -> Grayscale -> Resize(84, 84) ->
+    Mario: ``MarioEnv [-> JumpRetrigger] -> ActionSet -> MaxAndSkip -> Grayscale -> Resize(84, 84) ->
     RewardScale -> NoProgressTruncation -> TimeLimit``, observations ``(84, 84)``
     uint8. With ``preprocess=False`` only ``ActionSet -> MaxAndSkip`` are applied
     (``(240, 256, 3)`` RGB observations, e.g. for video). Either way the latest raw
@@ -84,6 +86,8 @@ def make_env(
         no_progress_steps: truncate after this many agent steps without a new
             maximum x position; 0 disables.
         no_progress_terminal: end that cut as terminated instead of truncated.
+        jump_retrigger: Mario only; holding A jumps again on landing
+            (:class:`envs.wrappers.JumpRetrigger`, a controller change).
         max_episode_steps: truncate after this many agent steps; 0 or None disables.
         seed: seeds the env's RNG (and action space) now, so a later ``reset()``
             without a seed is reproducible. Fixed-stage Mario is deterministic given
@@ -111,7 +115,10 @@ def make_env(
     if spec.kind == "catch":
         env = CatchEnv()
     else:
-        env = ActionSet(MarioEnv(env_id), action_set)
+        mario: gymnasium.Env = MarioEnv(env_id)
+        if jump_retrigger:
+            mario = JumpRetrigger(mario)
+        env = ActionSet(mario, action_set)
         if frame_skip > 1:
             env = MaxAndSkip(env, frame_skip)
         if preprocess:

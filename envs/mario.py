@@ -39,6 +39,10 @@ from envs.legacy import load_legacy
 
 FRAME_SHAPE: tuple[int, int, int] = (240, 256, 3)
 
+# RAM address of the player's float state (the disassembly's Player_State): 0 while
+# standing on solid ground, 1 jumping, 2 falling off a ledge, 3 on the flagpole.
+PLAYER_FLOAT_STATE = 0x001D
+
 
 def _parse_stage(text: str) -> tuple[int, int]:
     """Parse a "world-stage" string such as "1-2" (the legacy random-stages format)."""
@@ -233,6 +237,13 @@ class MarioEnv(gymnasium.Env[np.ndarray, int]):
             return screen, float(reward), False, False, _plain_info(info)
         self.last_rgb = np.array(screen)
         return self.last_rgb, float(reward), bool(done), False, _plain_info(info)
+
+    @property
+    def on_ground(self) -> bool:
+        """Whether Mario stands on solid ground in the current frame (a jump can start)."""
+        if self._active is None:
+            raise RuntimeError("MarioEnv is closed")
+        return int(self._active.ram[PLAYER_FLOAT_STATE]) == 0
 
     def render(self) -> np.ndarray | None:
         """Return the latest colour frame when ``render_mode="rgb_array"``."""

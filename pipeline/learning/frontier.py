@@ -47,10 +47,12 @@ logger = logging.getLogger(__name__)
 __all__ = ["EpisodeTrace", "FrontierArchive", "stage_signature"]
 
 
-def stage_signature(env_id: str, action_set: str, frame_skip: int) -> str:
+def stage_signature(env_id: str, action_set: str, frame_skip: int, *, jump_retrigger: bool = False) -> str:
     """What a recorded trajectory replays the same way under: the stage, the meaning of
-    each action index, and the frames an action is held."""
-    return f"{env_id} {action_set} skip {frame_skip}"
+    each action index (the set, and whether a held A jumps again on landing), and the
+    frames an action is held."""
+    retrigger = " jump-retrigger" if jump_retrigger else ""
+    return f"{env_id} {action_set}{retrigger} skip {frame_skip}"
 
 
 class EpisodeTrace:

@@ -9,7 +9,15 @@ import pytest
 
 from envs.actions import action_bytes
 from envs.mario import MarioEnv
-from envs.wrappers import ActionSet, Grayscale, MaxAndSkip, NoProgressTruncation, Resize, RewardScale
+from envs.wrappers import (
+    ActionSet,
+    Grayscale,
+    JumpRetrigger,
+    MaxAndSkip,
+    NoProgressTruncation,
+    Resize,
+    RewardScale,
+)
 
 RIGHT = 0b10000000
 MOVES = [0, RIGHT, RIGHT | 1, RIGHT | 2, RIGHT | 3, 1, 0b01000000]
@@ -231,3 +239,54 @@ def test_no_progress_zero_disables() -> None:
     env.close()
     with pytest.raises(ValueError, match="no-progress"):
         NoProgressTruncation(env, -1)
+
+
+def _held_a_flight(env: MarioEnv | JumpRetrigger, frames: int) -> tuple[list[int], list[bool]]:
+    """Hold A (jumping in place) for ``frames`` frames from the level's start: y_pos and
+    on_ground per frame."""
+    mario = env.unwrapped
+    env.reset()
+    heights, grounded = [], []
+    for _ in range(frames):
+        _, _, terminated, _, info = env.step(1)
+        assert not terminated
+        heights.append(info["y_pos"])
+        grounded.append(mario.on_ground)
+    env.close()
+    return heights, grounded
+
+
+def _takeoffs(grounded: list[bool]) -> int:
+    return sum(1 for before, after in zip(grounded, grounded[1:], strict=False) if before and not after)
+
+
+def test_jump_retrigger_jumps_again_on_landing_and_keeps_the_high_jump() -> None:
+    frames = 160  # about three full jumps
+    plain_heights, plain_grounded = _held_a_flight(MarioEnv("SuperMarioBros-1-1-v0"), frames)
+    heights, grounded = _held_a_flight(JumpRetrigger(MarioEnv("SuperMarioBros-1-1-v0")), frames)
+    # The plain joypad: A held after the first jump does nothing, Mario lands and walks.
+    assert _takeoffs(plain_grounded) == 1
+    assert _takeoffs(grounded) >= 3
+    # Up to the first landing both are the same frames: the held A still gives the high
+    # jump (64 px from a standstill) instead of being released early.
+    first_landing = next(i for i in range(1, frames) if grounded[i] and not grounded[i - 1])
+    assert heights[:first_landing] == plain_heights[:first_landing]
+    assert max(heights[:first_landing]) - heights[0] >= 60
+
+
+def test_jump_retrigger_leaves_actions_without_a_alone() -> None:
+    plain, wrapped = MarioEnv("SuperMarioBros-1-1-v0"), JumpRetrigger(MarioEnv("SuperMarioBros-1-1-v0"))
+    plain.reset()
+    wrapped.reset()
+    rng = np.random.default_rng(0)
+    for byte in rng.choice([0, RIGHT, RIGHT | 2, 0b01000000], size=200):
+        plain_obs, *_, plain_info = plain.step(int(byte))
+        wrapped_obs, *_, wrapped_info = wrapped.step(int(byte))
+        assert plain_info == wrapped_info and np.array_equal(plain_obs, wrapped_obs)
+    plain.close()
+    wrapped.close()
+
+
+def test_jump_retrigger_needs_the_mario_adapter() -> None:
+    with pytest.raises(TypeError, match="MarioEnv"):
+        JumpRetrigger(ActionSet(MarioEnv("SuperMarioBros-1-1-v0"), "simple"))  # type: ignore[arg-type]
