@@ -11,9 +11,12 @@ reproduced by ``--episodes 20 --epsilon 0.05 --seed 5000000 --max-steps 2000``.
 Command line::
 
     python main.py eval --checkpoint PATH [--env ID] [--episodes N] [--epsilon E]
-                        [--seed N] [--max-steps N] [--json PATH]
+                        [--seed N] [--max-steps N] [--action INDEX] [--json PATH]
 
 ``PATH`` is a ``ckpt-<frames>.pt`` file, or a run directory (its newest checkpoint).
+``--action`` plays a reference policy in the checkpoint's env instead of its network: that
+action at every step that is not random (``--epsilon 1`` is random play), so a learnt
+policy's figures can be set beside those of a fixed button press under the same protocol.
 Importing this module is cheap; torch and the emulator load when a command runs.
 """
 
@@ -27,7 +30,7 @@ from collections.abc import Callable
 
 from pipeline.common.errors import OneLineParser
 from pipeline.common.files import atomic_write_text
-from pipeline.learning.policy import build_env, load_policy, single_thread_torch, summarise
+from pipeline.learning.policy import build_env, constant_action_model, load_policy, single_thread_torch, summarise
 
 __all__ = ["add_policy_arguments", "build_parser", "eval_command"]
 
@@ -92,6 +95,12 @@ def add_policy_arguments(parser: argparse.ArgumentParser, *, episodes: int) -> N
 def build_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(prog="main.py eval", description="Evaluate a checkpoint: x position, flag rate, return.")
     add_policy_arguments(parser, episodes=5)
+    parser.add_argument(
+        "--action",
+        type=_int_at_least(0),
+        help="play this action index at every step that is not random, instead of the network "
+        "(a reference policy in the checkpoint's env; --epsilon 1 is random play)",
+    )
     parser.add_argument("--json", help="also write the results (and per-episode lists) to this JSON file")
     return parser
 
@@ -105,19 +114,24 @@ def eval_command(argv: list[str]) -> int:
     json_path = check_output_path(args.json, (".json",), "JSON") if args.json else None
     policy = load_policy(args.checkpoint, args.env_id)
     protocol = Protocol(episodes=args.episodes, epsilon=args.epsilon, first_seed=args.seed, max_steps=args.max_steps)
+    model, player = policy.model, f"{policy.path} ({policy.frames} frames)"
+    if args.action is not None:
+        model = constant_action_model(args.action, policy.num_actions)
     env = build_env(policy.config, policy.env_id, seed=args.seed)
+    if args.action is not None:
+        meaning = env.get_wrapper_attr("get_action_meanings")()[args.action]
+        player = f"the constant action {args.action} ({meaning})"
     try:
         with single_thread_torch():
             results = play_protocol(
-                env, policy.model, protocol, frame_stack=policy.frame_stack, num_actions=policy.num_actions
+                env, model, protocol, frame_stack=policy.frame_stack, num_actions=policy.num_actions
             )
     finally:
         env.close()
     assert results is not None  # nothing interrupts it without should_stop
     summary = summarise(results)
     print(
-        f"evaluated {policy.path} ({policy.frames} frames) on {policy.env_id}: {args.episodes} episode(s), "
-        f"epsilon {args.epsilon:g}, seed {args.seed}"
+        f"evaluated {player} on {policy.env_id}: {args.episodes} episode(s), epsilon {args.epsilon:g}, seed {args.seed}"
     )
     print(
         f"x_pos mean {summary['mean_x_pos']:.1f} median {summary['median_x_pos']:.1f} "
@@ -135,6 +149,7 @@ def eval_command(argv: list[str]) -> int:
                     "epsilon": args.epsilon,
                     "seed": args.seed,
                     "max_steps": args.max_steps,
+                    "action": args.action,
                     **summary,
                 },
                 indent=2,

@@ -197,6 +197,26 @@ def load_policy(path: str | os.PathLike[str], env_id: str | None = None) -> Poli
     )
 
 
+def constant_action_model(action: int, num_actions: int) -> Callable[..., Any]:
+    """A stand-in for the Q-network whose greedy action is always ``action``.
+
+    A reference policy for ``eval --action``: played through the same protocol as a
+    network (seeds, epsilon), it says how far a fixed button press gets, e.g. whether a
+    learnt policy does better than holding right+A.
+    """
+    import torch
+
+    if not 0 <= action < num_actions:
+        raise UserError(f"--action {action} is not an action of this set (0-{num_actions - 1}); pick one of those")
+    values = torch.zeros(1, num_actions)
+    values[0, action] = 1.0
+
+    def model(observation: Any, previous_action: Any = None) -> Any:
+        return values
+
+    return model
+
+
 def build_env(config: Config, env_id: str | None = None, seed: int | None = None):
     """The env a run's policy plays in: its settings, but rewards unscaled (game units)."""
     from envs import make_env

@@ -254,3 +254,35 @@ def test_bad_flag_values_are_one_clear_error(tmp_path, flag, value, fragment):
     with pytest.raises(UserError, match=fragment) as info:
         eval_command(["--checkpoint", str(tmp_path / "x.pt"), flag, value])
     assert "\n" not in str(info.value) and os.linesep not in str(info.value)
+
+
+def test_a_constant_action_is_played_instead_of_the_network(tmp_path, capsys):
+    """``--action`` is the reference policy: the same protocol, that action at every
+    step that is not random, whatever the checkpoint's weights would choose."""
+    from envs import make_env
+
+    ckpt, _ = make_checkpoint(tmp_path / "ckpt-000000001000.pt")
+    argv = ["--checkpoint", str(ckpt), "--episodes", "3", "--seed", "11", "--epsilon", "0.2", "--action", "2"]
+    assert eval_command([*argv, "--json", str(tmp_path / "constant.json")]) == 0
+    data = json.loads((tmp_path / "constant.json").read_text())
+    assert data["action"] == 2
+    assert "the constant action 2 (" in capsys.readouterr().out
+    env = make_env("Catch-v0", seed=11)
+    for i in range(3):
+        rng = np.random.default_rng((11 + i, 1))  # the protocol's epsilon stream
+        env.reset(seed=11 + i)
+        steps, done = 0, False
+        while not done:
+            action = int(rng.integers(3)) if rng.random() < 0.2 else 2
+            *_, terminated, truncated, info = env.step(action)
+            steps, done = steps + 1, terminated or truncated
+        assert data["per_episode"]["length"][i] == steps
+        assert data["per_episode"]["x_pos"][i] == info["x_pos"]
+    env.close()
+
+
+def test_an_action_outside_the_set_is_one_clear_error(tmp_path):
+    ckpt, _ = make_checkpoint(tmp_path / "ckpt-000000001000.pt")
+    with pytest.raises(UserError, match="--action 3 is not an action of this set") as info:
+        eval_command(["--checkpoint", str(ckpt), "--action", "3"])
+    assert "\n" not in str(info.value)
