@@ -64,6 +64,10 @@ class Config:
     no_progress_terminal: bool = False
     """End the no-progress cut as a terminal (not bootstrapped: the loop of pressing into a
     pipe is then worth nothing from the cut on) instead of a truncation (bootstrapped)."""
+    no_progress_penalty: float = 0.0
+    """Subtracted from the reward of every agent step that sets no new maximum x, in the
+    game's reward units (before reward_scale; 0 = off). Makes waiting in front of an
+    obstacle cost more than the step's discount."""
     jump_retrigger: bool = False
     """Mario: holding A jumps again on landing (A is released for one frame when Mario
     lands with it held, see envs.wrappers.JumpRetrigger). A controller change, not the
@@ -278,6 +282,7 @@ class Config:
             reward_scale=self.reward_scale if reward_scale is None else reward_scale,
             no_progress_steps=self.no_progress_steps,
             no_progress_terminal=self.no_progress_terminal,
+            no_progress_penalty=self.no_progress_penalty,
             jump_retrigger=self.jump_retrigger,
             max_episode_steps=self.max_episode_steps,
         )
@@ -287,6 +292,7 @@ FIELD_NAMES: frozenset[str] = frozenset(f.name for f in fields(Config))
 # What a run saved before these fields existed did: a checkpoint without them was trained
 # so, whatever today's defaults are (its network has no previous-action input).
 SAVED_BEFORE: dict[str, Any] = {
+    "no_progress_penalty": 0.0,
     "prev_action_input": False,
     "batch_norm": True,
     "exploration": "epsilon",

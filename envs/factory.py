@@ -61,6 +61,7 @@ def make_env(
     reward_scale: float = 1.0,
     no_progress_steps: int = 0,
     no_progress_terminal: bool = False,
+    no_progress_penalty: float = 0.0,
     jump_retrigger: bool = False,
     max_episode_steps: int | None = 0,
     seed: int | None = None,
@@ -86,6 +87,9 @@ def make_env(
         no_progress_steps: truncate after this many agent steps without a new
             maximum x position; 0 disables.
         no_progress_terminal: end that cut as terminated instead of truncated.
+        no_progress_penalty: subtracted from the reward of every agent step without a new
+            maximum x position, in the game's reward units (scaled by ``reward_scale``
+            like the reward); 0 disables. Mario only.
         jump_retrigger: Mario only; holding A jumps again on landing
             (:class:`envs.wrappers.JumpRetrigger`, a controller change).
         max_episode_steps: truncate after this many agent steps; 0 or None disables.
@@ -110,6 +114,12 @@ def make_env(
         or not (math.isfinite(reward_scale) and reward_scale > 0)
     ):
         raise ValueError(f"reward_scale must be a finite number > 0, got {reward_scale!r}")
+    if (
+        isinstance(no_progress_penalty, bool)
+        or not isinstance(no_progress_penalty, numbers.Real)
+        or not (math.isfinite(no_progress_penalty) and no_progress_penalty >= 0)
+    ):
+        raise ValueError(f"no_progress_penalty must be a finite number >= 0, got {no_progress_penalty!r}")
 
     env: gymnasium.Env
     if spec.kind == "catch":
@@ -126,8 +136,13 @@ def make_env(
     if preprocess or spec.kind == "catch":
         if reward_scale != 1.0:
             env = RewardScale(env, reward_scale)
-        if no_progress_steps and spec.kind != "catch":
-            env = NoProgressTruncation(env, no_progress_steps, terminal=no_progress_terminal)
+        if (no_progress_steps or no_progress_penalty) and spec.kind != "catch":
+            env = NoProgressTruncation(
+                env,
+                no_progress_steps,
+                terminal=no_progress_terminal,
+                penalty=float(no_progress_penalty) * reward_scale,
+            )
         if max_episode_steps:
             env = TimeLimit(env, max_episode_steps)
 

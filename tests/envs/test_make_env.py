@@ -27,6 +27,22 @@ def test_run_config_no_progress_terminal_reaches_the_env() -> None:
     env.close()
 
 
+def test_run_config_no_progress_penalty_reaches_the_env_in_game_units() -> None:
+    from config import Config
+
+    rewards = {}
+    for penalty in (0.0, 2.0):
+        cfg = Config(no_progress_steps=0, no_progress_penalty=penalty, reward_scale=0.1)
+        env = envs.make_env("SuperMarioBros-1-1-v0", **cfg.env_kwargs())
+        env.reset()
+        rewards[penalty] = [env.step(0)[1] for _ in range(4)]  # NOOP: no new x
+        env.close()
+    # Scaled like the game's reward: 2 game units are 0.2 at reward_scale 0.1.
+    assert rewards[2.0] == pytest.approx([r - 0.2 for r in rewards[0.0]])
+    with pytest.raises(ValueError, match="no_progress_penalty"):
+        envs.make_env("SuperMarioBros-1-1-v0", no_progress_penalty=float("nan"))
+
+
 def test_jump_retrigger_lets_a_constant_right_a_finish_1_1() -> None:
     from config import Config
 
