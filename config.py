@@ -144,9 +144,11 @@ class Config:
     """Importance-sampling exponent at the start, annealed linearly to 1."""
     priority_beta_frames: int = 2_000_000
     """Emulator frames over which the importance-sampling exponent reaches 1."""
-    augment_shift: int = 4
+    augment_shift: int = 0
     """Random-shift augmentation: the learner shifts each sample's obs and next obs by up
-    to this many pixels per axis, independently (DrQ; 0 = off)."""
+    to this many pixels per axis, independently (DrQ; 0 = off). Off by default: on 1-1
+    shifts of 4 px did not beat no shifts on three seeds and cost the learner 13 % of its
+    speed (docs/learning.md, "Random shifts off, on the same seeds")."""
     updates_per_epoch: int = 100
     """Learner updates per epoch."""
     model_update_frequency: int = 1
