@@ -39,6 +39,19 @@ def _check_int(name: str, value: object, minimum: int) -> int:
     return int(value)
 
 
+def _check_real(name: str, value: object, *, zero_allowed: bool) -> float:
+    """Return ``value`` as a float, or raise ValueError if it is not a finite number > 0
+    (>= 0 with ``zero_allowed``)."""
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, numbers.Real)
+        or not math.isfinite(value)
+        or not (value >= 0 if zero_allowed else value > 0)
+    ):
+        raise ValueError(f"{name} must be a finite number {'>=' if zero_allowed else '>'} 0, got {value!r}")
+    return float(value)
+
+
 def num_actions(env_id: str, action_set: str = DEFAULT_ACTION_SET) -> int:
     """Return the size of the discrete action space, without building an emulator.
 
@@ -108,18 +121,8 @@ def make_env(
     frame_skip = _check_int("frame_skip", frame_skip, 1)
     no_progress_steps = _check_int("no_progress_steps", no_progress_steps, 0)
     max_episode_steps = _check_int("max_episode_steps", max_episode_steps or 0, 0)
-    if (
-        isinstance(reward_scale, bool)
-        or not isinstance(reward_scale, numbers.Real)
-        or not (math.isfinite(reward_scale) and reward_scale > 0)
-    ):
-        raise ValueError(f"reward_scale must be a finite number > 0, got {reward_scale!r}")
-    if (
-        isinstance(no_progress_penalty, bool)
-        or not isinstance(no_progress_penalty, numbers.Real)
-        or not (math.isfinite(no_progress_penalty) and no_progress_penalty >= 0)
-    ):
-        raise ValueError(f"no_progress_penalty must be a finite number >= 0, got {no_progress_penalty!r}")
+    _check_real("reward_scale", reward_scale, zero_allowed=False)
+    no_progress_penalty = _check_real("no_progress_penalty", no_progress_penalty, zero_allowed=True)
 
     env: gymnasium.Env
     if spec.kind == "catch":
@@ -141,7 +144,7 @@ def make_env(
                 env,
                 no_progress_steps,
                 terminal=no_progress_terminal,
-                penalty=float(no_progress_penalty) * reward_scale,
+                penalty=no_progress_penalty * reward_scale,
             )
         if max_episode_steps:
             env = TimeLimit(env, max_episode_steps)
