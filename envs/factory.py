@@ -121,7 +121,7 @@ def make_env(
     frame_skip = _check_int("frame_skip", frame_skip, 1)
     no_progress_steps = _check_int("no_progress_steps", no_progress_steps, 0)
     max_episode_steps = _check_int("max_episode_steps", max_episode_steps or 0, 0)
-    _check_real("reward_scale", reward_scale, zero_allowed=False)
+    reward_scale = _check_real("reward_scale", reward_scale, zero_allowed=False)
     no_progress_penalty = _check_real("no_progress_penalty", no_progress_penalty, zero_allowed=True)
 
     env: gymnasium.Env
