@@ -5,7 +5,8 @@ Figures (written to ``--out``, default ``RUN_DIR/plots``):
 * ``returns.png``     episode return and x position (means of the last 100 episodes)
   against frames; the evaluator's figures (``eval_return`` / ``eval_x_pos``, the mean
   of its episodes, and ``eval_greedy_x_pos``, its greedy episode) are drawn too when the
-  CSV has them, one marker per evaluation;
+  CSV has them, one marker per evaluation, at the frames of the weights it evaluated
+  (``eval_frames``; CSVs without it put the marker at the row where the result arrived);
 * ``flag_rate.png``   share of episodes that reached the flag, against frames;
 * ``throughput.png``  frames/s and updates/s against wall time (``time_s``);
 * ``learning.png``    loss and mean Q against frames.
@@ -70,6 +71,8 @@ OPTIONAL = frozenset({"eval_return", "eval_x_pos", "eval_greedy_x_pos", "eval_fl
 # so a row where it grew is the row where a new evaluation arrived.
 EVAL_COLUMNS = OPTIONAL
 EVAL_COUNT = "evaluations"
+# The frames of the weights each evaluation played: its x on a frames axis.
+EVAL_FRAMES = "eval_frames"
 
 
 def _number(text: str | None) -> float:
@@ -124,9 +127,16 @@ def _new_evaluation_rows(metrics: dict[str, list[float]]) -> list[bool] | None:
 
 def series(metrics: dict[str, list[float]], column: str, xs: list[float]) -> list[tuple[float, float]]:
     """The (x, y) points of ``column`` to draw: rows where both are numbers, and for the
-    evaluator's columns only the rows where a new evaluation arrived."""
+    evaluator's columns only the rows where a new evaluation arrived.
+
+    On a frames axis an evaluation is drawn at the frames of the weights it played
+    (``eval_frames``), not at the row where its result arrived: the evaluator is niced
+    and plays many episodes, so on a busy machine that row can be 100k frames later."""
     ys = metrics.get(column, [])
     keep = _new_evaluation_rows(metrics) if column in EVAL_COLUMNS else None
+    eval_frames = metrics.get(EVAL_FRAMES)
+    if keep is not None and eval_frames is not None and xs is metrics.get("frames"):
+        xs = [e if not math.isnan(e) else x for x, e in zip(xs, eval_frames)]
     return [
         (x, y)
         for i, (x, y) in enumerate(zip(xs, ys))

@@ -86,6 +86,7 @@ EvalGauge = Literal[
     "eval_length",
     "eval_best_return",
     "eval_weights_version",
+    "eval_frames",
     "eval_s",
     "eval_cpu_s",
     "eval_wall_s_total",
@@ -105,6 +106,8 @@ EVAL_RESULT_FIELDS: Final[Mapping[EvalGauge, str]] = MappingProxyType(
         "eval_length": "mean_length",
         "eval_best_return": "best_return",
         "eval_weights_version": "weights_version",
+        # The frames of the evaluated weights: a niced evaluator's result arrives later.
+        "eval_frames": "frames",
         "eval_s": "eval_s",
         "eval_cpu_s": "cpu_s",
     }

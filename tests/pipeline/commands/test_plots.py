@@ -96,6 +96,26 @@ def test_evaluations_are_drawn_once_each_also_after_a_resume(tmp_path, capsys):
     assert "note:" not in capsys.readouterr().out
 
 
+def test_an_evaluation_is_drawn_at_the_frames_of_the_weights_it_played(tmp_path):
+    # A niced evaluator's result reaches the CSV rows after the weights it played were
+    # published: the marker belongs at eval_frames, not at the row's frames.
+    evaluations = [0, 0, 1, 1, 2, 2]
+    eval_frames = ["nan", "nan", 1500, 1500, 3800, 3800]
+    returns = ["nan", "nan", 10, 10, 30, 30]
+    table = [
+        [float(i), 1000 * i, 500, 20, 5.0, 40, 0.0, 0.1, 0.2, 0.5, n, f, r]
+        for i, (n, f, r) in enumerate(zip(evaluations, eval_frames, returns))
+    ]
+    run = tmp_path / "late"
+    write_csv(run / "metrics.csv", COLUMNS + ["evaluations", "eval_frames", "eval_return"], table)
+    metrics = read_metrics(run / "metrics.csv")
+    assert series(metrics, "eval_return", metrics["frames"]) == [(1500.0, 10.0), (3800.0, 30.0)]
+    # Training columns and other axes keep the row's own x.
+    assert series(metrics, "episode_return", metrics["frames"])[2] == (2000.0, 5.0)
+    assert series(metrics, "eval_return", metrics["time_s"]) == [(2.0, 10.0), (4.0, 30.0)]
+    assert plot_command([str(run)]) == 0
+
+
 def test_read_metrics_turns_blanks_and_garbage_into_nan(tmp_path):
     path = tmp_path / "metrics.csv"
     write_csv(path, ["a", "b"], [["1", ""], ["x", "2.5"]])

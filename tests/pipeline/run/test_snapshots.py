@@ -161,10 +161,10 @@ def test_eval_gauges_come_in_the_declared_order():
     assert tuple(gauges) == M.EVAL_GAUGES
     assert gauges["evaluations"] == 0.0 and math.isnan(gauges["eval_return"])
     evaluations.count, evaluations.seconds = 2, {"wall": 3.0, "cpu": 4.0}
-    evaluations.last = {"mean_return": 5.0, "mean_x_pos": 6.0, "weights_version": 7, "cpu_s": 1.5}
+    evaluations.last = {"mean_return": 5.0, "mean_x_pos": 6.0, "weights_version": 7, "frames": 250_000, "cpu_s": 1.5}
     gauges = evaluations.gauges()
     assert (gauges["evaluations"], gauges["eval_return"], gauges["eval_x_pos"]) == (2.0, 5.0, 6.0)
-    assert (gauges["eval_weights_version"], gauges["eval_cpu_s"]) == (7.0, 1.5)
+    assert (gauges["eval_weights_version"], gauges["eval_frames"], gauges["eval_cpu_s"]) == (7.0, 250_000.0, 1.5)
     assert (gauges["eval_wall_s_total"], gauges["eval_cpu_s_total"]) == (3.0, 4.0)
     assert math.isnan(gauges["eval_flag_rate"])
 
