@@ -11,12 +11,14 @@ reproduced by ``--episodes 20 --epsilon 0.05 --seed 5000000 --max-steps 2000``.
 Command line::
 
     python main.py eval --checkpoint PATH [--env ID] [--episodes N] [--epsilon E]
-                        [--seed N] [--max-steps N] [--action INDEX] [--json PATH]
+                        [--seed N] [--max-steps N] [--action INDEX] [--values] [--json PATH]
 
 ``PATH`` is a ``ckpt-<frames>.pt`` file, or a run directory (its newest checkpoint).
 ``--action`` plays a reference policy in the checkpoint's env instead of its network: that
 action at every step that is not random (``--epsilon 1`` is random play), so a learnt
 policy's figures can be set beside those of a fixed button press under the same protocol.
+``--values`` plays the same episodes and also prints how far the network's values are
+from the returns its policy collects (:mod:`pipeline.run.value_check`).
 Importing this module is cheap; torch and the emulator load when a command runs.
 """
 
@@ -28,7 +30,7 @@ import math
 import sys
 from collections.abc import Callable
 
-from pipeline.common.errors import OneLineParser
+from pipeline.common.errors import OneLineParser, UserError
 from pipeline.common.files import atomic_write_text
 from pipeline.learning.policy import build_env, constant_action_model, load_policy, single_thread_torch, summarise
 
@@ -101,6 +103,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="play this action index at every step that is not random, instead of the network "
         "(a reference policy in the checkpoint's env; --epsilon 1 is random play)",
     )
+    parser.add_argument(
+        "--values",
+        action="store_true",
+        help="also print the Q-value of each greedy step's action beside the discounted return that "
+        "followed it (the run's gamma and reward scale), and the median gap to the second-best action",
+    )
     parser.add_argument("--json", help="also write the results (and per-episode lists) to this JSON file")
     return parser
 
@@ -109,6 +117,7 @@ def eval_command(argv: list[str]) -> int:
     """``python main.py eval ...``: play episodes with a checkpoint and print statistics."""
     from pipeline.common.files import check_output_path
     from pipeline.run.eval_protocol import Protocol, play_protocol
+    from pipeline.run.value_check import value_check
 
     args = build_parser().parse_args(argv)
     json_path = check_output_path(args.json, (".json",), "JSON") if args.json else None
@@ -116,16 +125,30 @@ def eval_command(argv: list[str]) -> int:
     protocol = Protocol(episodes=args.episodes, epsilon=args.epsilon, first_seed=args.seed, max_steps=args.max_steps)
     model, player = policy.model, f"{policy.path} ({policy.frames} frames)"
     if args.action is not None:
+        if args.values:
+            raise UserError("--values needs the network's Q-values; drop --action to use them")
         model = constant_action_model(args.action, policy.num_actions)
     env = build_env(policy.config, policy.env_id, seed=args.seed)
     if args.action is not None:
         meaning = env.get_wrapper_attr("get_action_meanings")()[args.action]
         player = f"the constant action {args.action} ({meaning})"
+    values: dict[str, float] | None = None
     try:
         with single_thread_torch():
-            results = play_protocol(
-                env, model, protocol, frame_stack=policy.frame_stack, num_actions=policy.num_actions
-            )
+            if args.values:
+                results, values = value_check(
+                    env,
+                    model,
+                    protocol,
+                    frame_stack=policy.frame_stack,
+                    num_actions=policy.num_actions,
+                    gamma=policy.config.gamma,
+                    reward_scale=policy.config.reward_scale,
+                )
+            else:
+                results = play_protocol(
+                    env, model, protocol, frame_stack=policy.frame_stack, num_actions=policy.num_actions
+                )
     finally:
         env.close()
     assert results is not None  # nothing interrupts it without should_stop
@@ -138,6 +161,17 @@ def eval_command(argv: list[str]) -> int:
         f"max {summary['max_x_pos']} | flag rate {summary['flag_rate']:.2f} | "
         f"return mean {summary['mean_return']:.1f} | length mean {summary['mean_length']:.1f} steps"
     )
+    if values is not None:
+        if values["greedy_steps"]:
+            print(
+                f"values over {values['greedy_steps']:.0f} greedy steps: Q of the action taken "
+                f"{values['mean_q_taken']:.2f}, discounted return that followed {values['mean_return_followed']:.2f} "
+                f"(ratio {values['q_over_return']:.2f}), median gap to the second-best action "
+                f"{values['median_action_gap']:.3f}"
+            )
+        else:
+            print("values: no greedy step (every step was random)")
+        summary["values"] = values
     if json_path is not None:
         atomic_write_text(
             json_path,

@@ -5,7 +5,9 @@
 - :mod:`~pipeline.run.consolidator`: the asyncio task that drains the rings into replay.
 - :mod:`~pipeline.run.evaluator`: evaluations beside training, best video;
   :mod:`~pipeline.run.eval_protocol`: the protocol it and the learning benchmark share
-  (episodes at an epsilon, each from a seed of its own; mean and median x_pos, flag rate).
+  (episodes at an epsilon, each from a seed of its own; mean and median x_pos, flag rate);
+  :mod:`~pipeline.run.value_check`: the values of those episodes' greedy steps against
+  the returns that followed them (``eval --values``).
 - :mod:`~pipeline.run.monitor`, :mod:`~pipeline.run.procstats`: the throughput monitor
   and its typed snapshot keys.
 - :mod:`~pipeline.run.collection`: the interface of a backend that runs the collectors

@@ -83,19 +83,37 @@ def replicate(
         obs, info = env.reset(seed=seed + i)
         stack = np.stack([obs] * cfg["frame_stack"])
         ret, steps = 0.0, 0
+        greedy_q, gaps, rewards = {}, [], []  # Q of the action taken at each greedy step
         while True:
             if epsilon > 0 and rng.random() < epsilon:
                 action = int(rng.integers(n))
             else:
                 with torch.no_grad():
-                    action = int(net(torch.from_numpy(stack[None])).argmax(1))
+                    q = net(torch.from_numpy(stack[None]))[0]
+                action = int(q.argmax())
+                greedy_q[steps] = float(q[action])
+                best_two = sorted(q.tolist())[-2:]
+                gaps.append(best_two[1] - best_two[0])
             obs, reward, terminated, truncated, info = env.step(action)
             ret += reward
+            rewards.append(reward * cfg["reward_scale"])
             steps += 1
             stack = np.concatenate([stack[1:], obs[None]])
             if terminated or truncated or (max_steps and steps >= max_steps):
                 break
-        out.append({"return": ret, "x_pos": info["x_pos"], "flag": info["flag_get"], "length": steps})
+        # The discounted return from each step on, by the definition: sum_k gamma^k r_{t+k}.
+        followed = {t: sum(cfg["gamma"] ** k * r for k, r in enumerate(rewards[t:])) for t in greedy_q}
+        out.append(
+            {
+                "return": ret,
+                "x_pos": info["x_pos"],
+                "flag": info["flag_get"],
+                "length": steps,
+                "greedy_q": list(greedy_q.values()),
+                "followed": [followed[t] for t in greedy_q],
+                "gaps": gaps,
+            }
+        )
     env.close()
     return out
 
@@ -135,6 +153,37 @@ def test_eval_matches_an_independent_run_of_the_same_seed(tmp_path, capsys, epsi
         assert all(length <= max_steps for length in data["per_episode"]["length"])
     printed = capsys.readouterr().out
     assert f"x_pos mean {statistics.fmean(xs):.1f}" in printed and "flag rate" in printed
+
+
+def test_values_are_the_greedy_steps_q_beside_the_discounted_return_that_followed(tmp_path, capsys):
+    ckpt, state = make_checkpoint(tmp_path / "run" / "checkpoints" / "ckpt-000000001000.pt")
+    common = ["--checkpoint", str(ckpt), "--episodes", "5", "--epsilon", "0.3", "--seed", "11"]
+    assert eval_command(common) == 0
+    plain = capsys.readouterr().out.splitlines()
+    json_path = tmp_path / "values.json"
+    assert eval_command([*common, "--values", "--json", str(json_path)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[:2] == plain[:2]  # the same episodes, the same figures
+    assert lines[2].startswith("values over ")
+
+    expected = replicate(state, "Catch-v0", episodes=5, seed=11, epsilon=0.3)
+    q = [v for e in expected for v in e["greedy_q"]]
+    followed = [v for e in expected for v in e["followed"]]
+    gaps = [v for e in expected for v in e["gaps"]]
+    assert 0 < len(q) < sum(e["length"] for e in expected)  # random steps are left out
+    assert any(r != 0 for r in followed)  # the catches and misses reach the figures
+    values = json.loads(json_path.read_text())["values"]
+    assert values["greedy_steps"] == len(q)
+    assert values["mean_q_taken"] == pytest.approx(statistics.fmean(q), rel=1e-5)
+    assert values["mean_return_followed"] == pytest.approx(statistics.fmean(followed), rel=1e-9)
+    assert values["median_action_gap"] == pytest.approx(statistics.median(gaps), rel=1e-5, abs=1e-7)
+    assert values["q_over_return"] == pytest.approx(statistics.fmean(q) / statistics.fmean(followed), rel=1e-5)
+
+
+def test_values_need_the_network(tmp_path):
+    ckpt, _ = make_checkpoint(tmp_path / "ckpt-000000001000.pt")
+    with pytest.raises(UserError, match="--values needs the network"):
+        eval_command(["--checkpoint", str(ckpt), "--action", "0", "--values"])
 
 
 def test_eval_reproduces_the_learning_benchmarks_figures_of_a_mark(tmp_path, capsys):
