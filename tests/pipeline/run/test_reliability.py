@@ -305,6 +305,9 @@ def test_a_second_run_on_a_live_run_directory_is_refused(tmp_path):
             "or pass another --run-name (or --run-dir)"
         )
         assert first.poll() is None  # the first run is untouched
+        # It goes on to train. The refusal can come while it is still compiling, and a
+        # Ctrl-C there ends the start-up with 130 by design; the clean stop (0) needs training.
+        wait_until(lambda: training_started(run), 600, proc=first)
         interrupt(first)
     finally:
         if first.poll() is None:
