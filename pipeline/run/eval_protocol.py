@@ -22,11 +22,11 @@ random actions would tie every random action to the env's draws.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from pipeline.learning.policy import EpisodeResult, run_episode, summarise
+from pipeline.learning.policy import EpisodeResult, Step, play_episode, summarise
 
 __all__ = [
     "EVAL_SEED_OFFSET",
@@ -117,6 +117,31 @@ class Protocol:
         }
 
 
+def protocol_steps(
+    env: Any,
+    model: Any,
+    protocol: Protocol,
+    seed: int,
+    *,
+    frame_stack: int,
+    num_actions: int,
+    should_stop: Callable[[], bool] | None = None,
+) -> Iterator[Step]:
+    """The steps of the protocol's episode from ``seed``: its epsilon drawn from the
+    episode's own generator, its step cap (see :func:`~pipeline.learning.policy.play_episode`)."""
+    return play_episode(
+        env,
+        model,
+        frame_stack=frame_stack,
+        num_actions=num_actions,
+        seed=seed,
+        epsilon=protocol.epsilon,
+        rng=epsilon_rng(seed),
+        max_steps=protocol.max_steps,
+        should_stop=should_stop,
+    )
+
+
 def play_protocol(
     env: Any,
     model: Any,
@@ -133,19 +158,11 @@ def play_protocol(
     """
     results = []
     for seed in protocol.seeds:
-        results.append(
-            run_episode(
-                env,
-                model,
-                frame_stack=frame_stack,
-                num_actions=num_actions,
-                seed=seed,
-                epsilon=protocol.epsilon,
-                rng=epsilon_rng(seed),
-                max_steps=protocol.max_steps,
-                should_stop=should_stop,
-            )
-        )
+        for step in protocol_steps(
+            env, model, protocol, seed, frame_stack=frame_stack, num_actions=num_actions, should_stop=should_stop
+        ):
+            if step.result is not None:
+                results.append(step.result)
         if should_stop is not None and should_stop():
             return None
     return results

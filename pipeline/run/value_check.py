@@ -15,8 +15,8 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-from pipeline.learning.policy import EpisodeResult, play_episode
-from pipeline.run.eval_protocol import Protocol, epsilon_rng
+from pipeline.learning.policy import EpisodeResult
+from pipeline.run.eval_protocol import Protocol, protocol_steps
 
 __all__ = ["value_check"]
 
@@ -68,16 +68,7 @@ def value_check(
     for seed in protocol.seeds:
         greedy: list[tuple[int, float, float]] = []  # (step, Q of the action, gap to the second)
         rewards: list[float] = []
-        for step in play_episode(
-            env,
-            recorder,
-            frame_stack=frame_stack,
-            num_actions=num_actions,
-            seed=seed,
-            epsilon=protocol.epsilon,
-            rng=epsilon_rng(seed),
-            max_steps=protocol.max_steps,
-        ):
+        for step in protocol_steps(env, recorder, protocol, seed, frame_stack=frame_stack, num_actions=num_actions):
             if recorder.last is not None:
                 top2 = recorder.last.topk(min(2, num_actions)).values
                 gap = float(top2[0] - top2[-1])
