@@ -10,10 +10,11 @@ from there.
 from __future__ import annotations
 
 from dataclasses import fields
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:  # config imports this module: a run-time import would be circular
-    from config import Config
+# No import of config here, not even for type checking: config imports this module, and
+# imports point one way. ``validate`` takes the Config as a dataclass instance it reads by
+# field name.
 
 SWITCH_VALUES: tuple[str, ...] = ("auto", "on", "off")  # compile and amp
 
@@ -49,8 +50,9 @@ def _frontier_start_unfit(env_id: str) -> str | None:
     return None
 
 
-def validate(cfg: Config) -> None:
-    """Raise one ConfigError listing every invalid field (name, value, rule, fix)."""
+def validate(cfg: Any) -> None:
+    """Raise one ConfigError listing every invalid field (name, value, rule, fix) of
+    ``cfg``, a :class:`config.Config`."""
     problems: list[str] = []
     types_ok = True
     for f in fields(cfg):
@@ -109,8 +111,14 @@ def validate(cfg: Config) -> None:
         "eval_interval_frames",
         "reset_interval_updates",
         "ray_nodes",
+        "bn_calibration_states",
+        "steadiness_interval_updates",
     ):
         non_negative(name)
+    if cfg.steadiness_probe_states < 2:
+        problems.append(
+            _problem("steadiness_probe_states", cfg.steadiness_probe_states, "must be >= 2", "use e.g. 1024")
+        )
     if not 0 <= cfg.augment_shift <= 16:
         problems.append(
             _problem("augment_shift", cfg.augment_shift, "must be in 0..16 pixels", "use 4 (DrQ's shift), or 0 for off")
