@@ -135,6 +135,19 @@ class Config:
     DQN, SPR and BBF, a network that computes the same function when learning and acting
     (with BatchNorm the learner normalises by each batch, the acting copies by running
     statistics)."""
+    bn_calibration_states: int = 1024
+    """Precise BN (Wu & Johnson 2021): before every publish and every target copy the
+    online network's BatchNorm statistics are re-estimated with its current weights over
+    this many uniform replay states, and left alone by the training forwards in between,
+    so every eval-mode forward (acting copies, evaluator, target, Double-DQN argmax)
+    normalises as training does. 0 = PyTorch's running average of about the last ten
+    batches (momentum 0.1), which moved eval-mode Q-values by several action gaps."""
+    steadiness_interval_updates: int = 2000
+    """Every this many learner updates (at a publish), the steadiness probe measures the
+    published network on a fixed set of replay states: train/eval greedy agreement, churn
+    since the previous publish, |Q_eval - Q_train| and the median action gap (0 = off)."""
+    steadiness_probe_states: int = 1024
+    """Replay states in the steadiness probe, drawn once when the first measurement is due."""
     prioritized_replay: bool = False
     """Prioritized replay: draw transitions in proportion to (|TD error| + eps) ** alpha and
     weight their loss by importance sampling (proportional PER on a sum tree)."""
@@ -264,6 +277,11 @@ class Config:
     """A run that reaches total_frames ends with an evaluation of its final weights (after
     the collectors stop, so it has the CPU); the run waits at most this long for it (0 =
     no final evaluation). Ctrl-C skips it; the final checkpoint is saved either way."""
+    eval_max_lag_frames: int = 0
+    """When > 0, training waits for the evaluator: the collectors pause while an evaluation
+    due this many frames ago (at a multiple of eval_interval_frames) has not started, so a
+    slow evaluator (niced, on a busy machine) evaluates at every interval instead of
+    skipping some, and the run takes longer by what it waits. 0 (or less): never waits."""
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -302,6 +320,7 @@ SAVED_BEFORE: dict[str, Any] = {
     "frontier_start_share": 0.0,
     "frontier_point_episodes": 1,
     "jump_retrigger": False,
+    "bn_calibration_states": 0,
 }
 FIELD_TYPES: dict[str, str] = {f.name: str(f.type) for f in fields(Config)}
 

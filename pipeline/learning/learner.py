@@ -24,6 +24,14 @@ One ``Learner.update(batch)`` is one optimizer step:
 4. ``clip_grad_norm_(grad_clip)``, Adam step, and every ``target_sync_updates`` steps a
    full copy ``target.load_state_dict(online.state_dict())`` (BatchNorm buffers too).
 
+BatchNorm statistics (``bn_calibration_states`` > 0, :mod:`~pipeline.learning.batchnorm_stats`):
+the online net's running statistics are frozen between calibrations (momentum 0), and
+:meth:`Learner.calibrate` re-estimates them with the current weights over that many
+uniform replay states ("precise BN") before every target copy, and, called by the trainer,
+before every publish. Every eval-mode forward (the target, the Double-DQN argmax, the
+acting copies, the evaluator) then normalises with statistics of the weights it runs,
+not with an average of the last ten batches (0: PyTorch's momentum 0.1, as before).
+
 BatchNorm modes (why):
 
 * The online net is in **train** mode for the loss forward on ``s``: batch statistics
@@ -74,6 +82,7 @@ from torch import nn
 
 from models import QNetwork
 from pipeline.learning.augment import random_shift
+from pipeline.learning.batchnorm_stats import batch_norm_layers, freeze_running_statistics, recalibrate
 
 # CompileFallbackWarning is re-exported (``X as X``): it was defined here, and callers and
 # tests import it from here.
@@ -134,6 +143,8 @@ class LearnerSettings:
     advantage_learning: float = 0.0  # alpha of the advantage-learning target (0 = plain Double DQN)
     reset_interval: int = 0  # shrink-and-perturb the online net every this many updates (0 = never)
     reset_shrink: float = 0.8  # kept fraction of the weights at a reset; the rest is a fresh init
+    bn_calibration_states: int = 0  # precise BN over this many replay states (0 = momentum 0.1)
+    calibration_chunk: int = 32  # states per calibration forward: the training batch size
     compile: bool = True
     amp: bool = True
     device: str = "cpu"
@@ -158,6 +169,8 @@ class LearnerSettings:
             advantage_learning=cfg.advantage_learning,
             reset_interval=cfg.reset_interval_updates,
             reset_shrink=cfg.reset_shrink,
+            bn_calibration_states=cfg.bn_calibration_states,
+            calibration_chunk=cfg.batch_size // cfg.grad_accum,
             compile=compile,
             amp=amp,
             device=device,
@@ -233,6 +246,13 @@ class Learner:
         self._compile_pending: bool = settings.compile
         self._metric_sums = torch.zeros(5, dtype=torch.float32, device=self.device)
         self._metric_updates: int = 0
+        # Precise BN: the owner (the trainer) sets the source of calibration states, a
+        # callable returning ``count`` uniform replay states and their previous actions.
+        self.calibration_source: Callable[[int], tuple[torch.Tensor, torch.Tensor | None]] | None = None
+        self.calibrated_at: int = -1  # the update count of the last calibration (-1: none yet)
+        if settings.bn_calibration_states > 0:
+            # Before any compilation: the compiled graphs are specialised on the momentum.
+            freeze_running_statistics(self.online)
 
     # ------------------------------------------------------------------ public API
 
@@ -327,8 +347,33 @@ class Learner:
         }
 
     def sync_target(self) -> None:
-        """Copy every online parameter and buffer (BatchNorm statistics too) to the target."""
+        """Copy every online parameter and buffer (BatchNorm statistics too) to the target,
+        after a calibration of the statistics when ``bn_calibration_states`` is set."""
+        self.calibrate()
         self.target.load_state_dict(self.online.state_dict())
+
+    def calibrate(self) -> bool:
+        """Re-estimate the online net's BatchNorm statistics over ``bn_calibration_states``
+        states from :attr:`calibration_source` (precise BN), at most once per update count.
+
+        Returns whether it did; without the setting, a source or BatchNorm it does nothing.
+        """
+        count = self.settings.bn_calibration_states
+        source = self.calibration_source
+        if count <= 0 or source is None or self.calibrated_at == self.updates:
+            return False
+        if not batch_norm_layers(self.online):
+            return False
+        obs, prev = source(count)
+        obs = self._to_device(obs)
+        chunk = self.settings.calibration_chunk
+        if prev is None or not self.settings.prev_action_input:
+            prevs: list[torch.Tensor | None] = [None] * len(obs.split(chunk))
+        else:
+            prevs = list(self._to_device(prev).long().clamp(max=self.num_actions).split(chunk))
+        recalibrate(self.online, zip(obs.split(chunk), prevs))
+        self.calibrated_at = self.updates
+        return True
 
     @torch.no_grad()
     def shrink_and_perturb(self) -> None:

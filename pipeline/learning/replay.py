@@ -269,6 +269,22 @@ class ReplayMemory:
             return batch, (stream, seq)
         return batch
 
+    def sample_states(self, count: int, generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """``count`` stacked states drawn uniformly over all stored positions, with their
+        previous actions: ``(obs uint8 [N, S, 84, 84], prev_action int64 [N])``.
+
+        Uniform even in a prioritized memory: these are the states a BatchNorm layer's
+        statistics are estimated on (:mod:`~pipeline.learning.batchnorm_stats`) and the
+        steadiness probe's (:mod:`~pipeline.learning.steadiness`), which stand for the
+        replay as a whole. Invalid candidates are kept, as a training batch keeps them in
+        its normalisation. ``generator`` (on the memory's device) draws them instead of the
+        memory's own, so that measuring does not change which batches training draws.
+        """
+        stream, seq = self._sampler.draw_uniform(count, generator or self._generator)
+        batch, _ = self._sampler.transitions(stream, seq)
+        assert batch.prev_action is not None  # the sampler always fills it
+        return batch.obs, batch.prev_action
+
     # ------------------------------------------------------------------ priorities
     def update_priorities(
         self,

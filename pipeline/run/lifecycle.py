@@ -60,6 +60,7 @@ from pipeline.run.startup import (
     seed_and_threads,
     warm_up_learner,
 )
+from pipeline.run.steadiness_watch import SteadinessWatch, attach_steadiness
 from pipeline.run.supervisor import Supervisor
 from pipeline.run.write_failures import WriteFailures, free_space, short_reason
 from pipeline.transport import ring as R
@@ -137,6 +138,7 @@ class TrainerLifecycle:
     monitor: Monitor | None
     consolidator: Consolidator | None
     evaluations: Evaluations
+    steadiness: SteadinessWatch | None
     lock: RunLock | None
     interrupts: StartupInterrupts
     write_failures: WriteFailures
@@ -190,6 +192,7 @@ class TrainerLifecycle:
             restore = False
         self.replay = build_replay(cfg, self.num_streams, replay_device)
         restored = self.replay.inserted if restore and restore_replay(self.replay, self.paths.checkpoints) else 0
+        self.steadiness = attach_steadiness(self.learner, self.replay, cfg)
         # The consolidator's budget paces inserts smoothly, so a few batches of slack are
         # enough; the old 2,048 samples showed as a ratio of 3.06 of 4 in a 20 s window.
         slack = SLACK_BATCHES * cfg.batch_size

@@ -49,7 +49,7 @@ CounterKey = Literal["frames", "steps", "records", "updates", "samples", "episod
 COUNTER_KEYS: Final[tuple[CounterKey, ...]] = get_args(CounterKey)
 
 # Where the learner process's time goes (its event loop's tasks).
-LearnerPhase = Literal["wait", "sample", "update", "publish", "consolidate"]
+LearnerPhase = Literal["wait", "sample", "update", "publish", "probe", "consolidate"]
 LEARNER_PHASES: Final[tuple[LearnerPhase, ...]] = get_args(LearnerPhase)
 
 
@@ -392,6 +392,12 @@ class Monitor:
                 for p in node_positions(row)
             )
             + (
+                f" | steady agree {g('steady_agreement'):.3f} churn {g('steady_churn'):.3f}"
+                f" offset {g('steady_q_offset'):.3f} gap {g('steady_action_gap'):.3f}"
+                if not math.isnan(g("steady_agreement"))
+                else ""
+            )
+            + (
                 f" | eval return {g('eval_return'):.1f} x {g('eval_x_pos'):.0f} greedy {g('eval_greedy_x_pos'):.0f}"
                 f" flag {g('eval_flag_rate'):.2f}"
                 if row.get("evaluations")
@@ -463,6 +469,11 @@ class Monitor:
                 f"{f('eval_flag_rate', '{:.2f}')} ({f('eval_first_flag_frames')})",
             ),
         ]
+        # The steadiness probe's last figures (pipeline.learning.steadiness).
+        left.append(("BN train/eval agreement", f("steady_agreement", "{:.3f}")))
+        right.append(("greedy churn per publish", f("steady_churn", "{:.3f}")))
+        left.append(("|Q eval - Q train|", f("steady_q_offset", "{:.3f}")))
+        right.append(("median action gap", f("steady_action_gap", "{:.3f}")))
         if row.get("replayed_frames"):  # restarts near the frontier are on
             left.append(("frontier starts (last 100)", f("frontier_start_share", "{:.2f}")))
             right.append(("frames replayed to them", f("replayed_frames")))

@@ -51,6 +51,7 @@ from pathlib import Path
 from config import Config
 from pipeline.learning.checkpoint import CheckpointError
 from pipeline.learning.flat_state import flatten_state
+from pipeline.learning.steadiness import SteadinessFigures
 from pipeline.run.collection import CollectionBackend
 from pipeline.run.consolidator import Consolidator
 from pipeline.run.evaluations import Evaluations
@@ -76,6 +77,7 @@ from pipeline.run.startup import latest_checkpoint as latest_checkpoint
 from pipeline.run.startup import resolve_device as resolve_device
 from pipeline.run.startup import resolve_resume as resolve_resume
 from pipeline.run.startup import run_event_loop, save_replay
+from pipeline.run.steadiness_watch import SteadinessWatch
 from pipeline.run.supervisor import Supervisor
 from pipeline.run.write_failures import WriteFailures, free_space, short_reason
 from pipeline.transport import ring as R
@@ -128,6 +130,7 @@ class Trainer(TrainerLifecycle):
         self._next_mark = 0  # frames at which the next mark is kept (mark_interval_frames)
         self.consolidator: Consolidator | None = None
         self.evaluations = Evaluations()
+        self.steadiness: SteadinessWatch | None = None  # set up with the learner and the replay
         self.lock: RunLock | None = None
         self.fatal = ""  # why the run had to end (a collector crash loop), "" when it ended normally
         self.final_error = ""  # why the final checkpoint could not be written, "" when it was
@@ -155,6 +158,14 @@ class Trainer(TrainerLifecycle):
     def _publish(self) -> None:
         assert self.weights is not None
         t = time.perf_counter_ns()
+        if self.learner.updates > 0:  # the initial weights have nothing to re-estimate on yet
+            self.learner.calibrate()  # precise BN: the statistics the acting copies will use
+            if self.steadiness is not None:
+                t_probe = time.perf_counter_ns()
+                self.steadiness.at_publish(self.total("updates"))
+                probe_ns = time.perf_counter_ns() - t_probe
+                self.learner_ns["probe"] += probe_ns
+                t += probe_ns  # the publish phase counts the rest (the calibration included)
         flat, step, epsilon = flatten_state(self.learner.publishable_state()), self.total("updates"), self.epsilon()
         version = self.weights.publish(flat, learner_step=step, epsilon=epsilon, frames=int(self.total("frames")))
         if self.collection is not None:
@@ -317,6 +328,7 @@ class Trainer(TrainerLifecycle):
             frames=float(self.total("frames")),
         )
         gauges.update(self.evaluations.gauges())
+        gauges.update(self.steadiness.gauges() if self.steadiness is not None else SteadinessFigures().gauges())
         gauges.update(process_gauges(collectors, self.device))
         if self.collection is not None:
             gauges.update(self.collection.gauges())

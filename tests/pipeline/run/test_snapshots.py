@@ -47,7 +47,7 @@ def test_names_are_the_csv_and_tensorboard_names():
         "replayed_frames",
     )
     assert M.COLLECTOR_PHASES is R.COLLECTOR_PHASES
-    assert M.LEARNER_PHASES == ("wait", "sample", "update", "publish", "consolidate")
+    assert M.LEARNER_PHASES == ("wait", "sample", "update", "publish", "probe", "consolidate")
     assert M.collector_phase_key("stall") == "collector_stall_ns"
     assert M.learner_phase_key("update") == "learner_update_ns"
     assert M.share_key(M.collector_phase_key("emulate")) == "collector_emulate_pct"
@@ -186,7 +186,7 @@ def test_the_monitor_row_derives_phase_shares_in_the_csv_order(tmp_path):
         "replay_ratio",
         "replay_ratio_run",
         *(f"collector_{p}_pct" for p in ("emulate", "preprocess", "infer", "write", "stall")),
-        *(f"learner_{p}_pct" for p in ("wait", "sample", "update", "publish", "consolidate")),
+        *(f"learner_{p}_pct" for p in ("wait", "sample", "update", "publish", "probe", "consolidate")),
         "stall_pct",
         "replay_size",
     ]

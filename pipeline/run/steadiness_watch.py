@@ -1,0 +1,117 @@
+"""When the trainer measures the learner's steadiness, and what the monitor shows of it.
+
+:class:`SteadinessWatch` runs the :class:`~pipeline.learning.steadiness.SteadinessProbe`
+on the weights the trainer is about to publish, at the first publish at or after every
+``steadiness_interval_updates`` updates, and has the probe remember the greedy actions of
+the publish just before it, so the churn it reports is the change between two consecutive
+publishes (what a collector sees when it picks up new weights). The probe's states are
+drawn once, uniformly from the replay, with a generator of the watch's own (the training
+batches are the same with the probe on or off); a resumed run draws a new set.
+
+A measurement is three float32 forwards of ``steadiness_probe_states`` states (one at the
+publish before, two at the measurement): about a second on one core of a 2-core box for
+1,024 states every 2,000 updates, under the learner's ``probe`` phase in the monitor.
+Between measurements the gauges keep the last figures (NaN before the first).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from pipeline.learning.learner import Learner
+from pipeline.learning.replay import ReplayMemory
+from pipeline.learning.steadiness import SteadinessFigures, SteadinessProbe
+
+__all__ = ["SteadinessWatch", "attach_steadiness"]
+
+# Added to the run's seed for the generators of the probe and of the calibration states.
+_PROBE_SEED_OFFSET = 7_000_000
+_CALIBRATION_SEED_OFFSET = 8_000_000
+
+
+def attach_steadiness(learner: Learner, replay: ReplayMemory, cfg: Any) -> SteadinessWatch:
+    """Give ``learner`` its precise-BN calibration states (uniform replay states from a
+    generator of their own, :meth:`Learner.calibrate`) and return the run's watch.
+
+    ``cfg`` is the run's :class:`config.Config`.
+    """
+    generator = torch.Generator(device=replay.device).manual_seed(cfg.seed + _CALIBRATION_SEED_OFFSET)
+    learner.calibration_source = lambda count: replay.sample_states(count, generator)
+    return SteadinessWatch(
+        learner,
+        replay,
+        interval=cfg.steadiness_interval_updates,
+        probe_states=cfg.steadiness_probe_states,
+        publish_every=cfg.updates_per_epoch * cfg.model_update_frequency,
+        chunk=cfg.batch_size // cfg.grad_accum,
+        seed=cfg.seed + _PROBE_SEED_OFFSET,
+    )
+
+
+class SteadinessWatch:
+    """Steadiness figures of the published weights every ``interval`` updates.
+
+    Args:
+        learner: the learner whose online network is published.
+        replay: where the probe states come from.
+        interval: updates between measurements (0 = never).
+        probe_states: states in the probe set.
+        publish_every: updates between two publishes.
+        chunk: the training batch size (states per train-mode forward).
+        seed: the seed of the probe's own generator.
+    """
+
+    def __init__(
+        self,
+        learner: Learner,
+        replay: ReplayMemory,
+        *,
+        interval: int,
+        probe_states: int,
+        publish_every: int,
+        chunk: int,
+        seed: int,
+    ) -> None:
+        self.learner = learner
+        self.replay = replay
+        self.interval = interval
+        self.probe_states = probe_states
+        self.publish_every = max(1, publish_every)
+        self.chunk = chunk
+        self.generator = torch.Generator(device=replay.device).manual_seed(seed)
+        self.probe: SteadinessProbe | None = None
+        self.figures = SteadinessFigures()
+        self.measurements = 0
+        self._next_due: int | None = None
+
+    def at_publish(self, updates: int) -> bool:
+        """Called right before each publish of a training run, with the updates done so
+        far; measures or remembers when due. Returns whether it measured."""
+        if self.interval <= 0 or updates <= 0:
+            return False
+        if self._next_due is None:  # the first due point after this run's first update
+            self._next_due = (updates // self.interval + 1) * self.interval
+        if updates >= self._next_due:
+            self.figures = self._probe().measure(self.learner.online)
+            self.measurements += 1
+            self._next_due = (updates // self.interval + 1) * self.interval
+            return True
+        if updates + self.publish_every >= self._next_due:
+            self._probe().remember(self.learner.online)
+        return False
+
+    def gauges(self) -> dict[str, float]:
+        """The monitor's steadiness gauges: the last figures, NaN before the first."""
+        return self.figures.gauges()
+
+    def _probe(self) -> SteadinessProbe:
+        if self.probe is None:
+            obs, prev = self.replay.sample_states(self.probe_states, self.generator)
+            device = self.learner.device
+            obs = obs.to(device)
+            prev_input = self.learner.settings.prev_action_input
+            prev_action = prev.to(device).clamp(max=self.learner.num_actions) if prev_input else None
+            self.probe = SteadinessProbe(obs, prev_action, self.chunk)
+        return self.probe

@@ -1,0 +1,110 @@
+"""Tests for pipeline.learning.steadiness: every figure against a hand computation on a
+small BatchNorm network."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from torch import nn
+
+from pipeline.learning.steadiness import STEADINESS_GAUGES, SteadinessFigures, SteadinessProbe
+
+FEATURES, ACTIONS, CHUNK = 3, 4, 4
+
+
+def small_net(seed: int = 0) -> nn.Sequential:
+    torch.manual_seed(seed)
+    net = nn.Sequential(nn.Linear(FEATURES, 5, bias=False), nn.BatchNorm1d(5), nn.ReLU(), nn.Linear(5, ACTIONS))
+    with torch.no_grad():  # running statistics far from any batch's: the two modes differ
+        net[1].running_mean.copy_(torch.linspace(-0.5, 0.5, 5))
+        net[1].running_var.copy_(torch.linspace(0.5, 2.0, 5))
+        net[1].weight.copy_(torch.linspace(0.5, 1.5, 5))
+        net[1].bias.copy_(torch.linspace(-0.2, 0.2, 5))
+    return net
+
+
+def by_hand(net: nn.Sequential, x: torch.Tensor, mean: torch.Tensor, var: torch.Tensor) -> torch.Tensor:
+    """The network's output with BatchNorm normalising by ``mean`` and ``var``."""
+    linear, bn, _, head = net
+    h = linear(x)
+    h = (h - mean) / torch.sqrt(var + bn.eps) * bn.weight + bn.bias
+    return head(torch.relu(h))
+
+
+def hand_figures(net: nn.Sequential, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(Q_eval, Q_train) by hand: running statistics, and each chunk's biased statistics."""
+    bn = net[1]
+    with torch.no_grad():
+        q_eval = by_hand(net, x, bn.running_mean, bn.running_var)
+        parts = []
+        for chunk in x.split(CHUNK):
+            h = net[0](chunk)
+            parts.append(by_hand(net, chunk, h.mean(0), h.var(0, unbiased=False)))
+    return q_eval, torch.cat(parts)
+
+
+def test_each_figure_matches_a_hand_computation() -> None:
+    net = small_net()
+    x = torch.randn(12, FEATURES, generator=torch.Generator().manual_seed(3)) * 2 + 0.5
+    probe = SteadinessProbe(x, None, CHUNK)
+    q_eval, q_train = hand_figures(net, x)
+    before = {k: v.clone() for k, v in net.state_dict().items()}
+
+    figures = probe.measure(net)
+
+    agreement = float((q_eval.argmax(1) == q_train.argmax(1)).float().mean())
+    assert 0 < agreement < 1  # the case is not trivial
+    assert figures.agreement == pytest.approx(agreement)
+    assert figures.q_offset == pytest.approx(float((q_eval - q_train).abs().mean()), rel=1e-5)
+    top = torch.sort(q_eval, dim=1, descending=True).values
+    gaps = sorted((top[:, 0] - top[:, 1]).tolist())
+    assert figures.action_gap == pytest.approx(gaps[(len(gaps) - 1) // 2], rel=1e-5)  # the lower median
+    assert math.isnan(figures.churn)  # nothing remembered yet
+    for key, value in net.state_dict().items():  # the train-mode forward left no trace
+        assert torch.equal(value, before[key]), key
+    assert net.training  # the mode is put back
+
+    # Churn: against the network the probe last saw (measured or remembered).
+    other = small_net(seed=1)
+    q_other, _ = hand_figures(other, x)
+    churn = float((q_other.argmax(1) != q_eval.argmax(1)).float().mean())
+    assert 0 < churn < 1
+    assert probe.measure(other).churn == pytest.approx(churn)
+    probe.remember(net)
+    assert probe.measure(other).churn == pytest.approx(churn)
+    assert probe.measure(other).churn == 0.0
+
+
+def test_a_network_without_batchnorm_agrees_with_itself() -> None:
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(FEATURES, 6), nn.ReLU(), nn.Linear(6, ACTIONS))
+    x = torch.randn(10, FEATURES)
+    figures = SteadinessProbe(x, None, CHUNK).measure(net)
+    assert figures.agreement == 1.0
+    assert figures.q_offset == 0.0
+    assert figures.action_gap > 0
+
+
+def test_the_previous_action_reaches_the_network_chunk_by_chunk() -> None:
+    class Echo(nn.Module):
+        """Q-values that are a one-hot of the previous action: the greedy action is it."""
+
+        def forward(self, obs: torch.Tensor, prev: torch.Tensor) -> torch.Tensor:
+            return nn.functional.one_hot(prev, ACTIONS).float() + 0 * obs.sum(1, keepdim=True)
+
+    x = torch.zeros(6, FEATURES)
+    prev = torch.tensor([0, 1, 2, 3, 2, 1])
+    probe = SteadinessProbe(x, prev, chunk=4)
+    assert torch.equal(probe.train_q(Echo()).argmax(1), prev)
+    assert torch.equal(probe.eval_q(Echo()).argmax(1), prev)
+
+
+def test_gauges_and_bad_arguments() -> None:
+    assert STEADINESS_GAUGES == ("steady_agreement", "steady_churn", "steady_q_offset", "steady_action_gap")
+    assert all(math.isnan(v) for v in SteadinessFigures().gauges().values())
+    with pytest.raises(ValueError, match="at least 2 states"):
+        SteadinessProbe(torch.zeros(1, FEATURES), None, CHUNK)
+    with pytest.raises(ValueError, match="chunk"):
+        SteadinessProbe(torch.zeros(4, FEATURES), None, 0)
