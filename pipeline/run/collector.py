@@ -24,6 +24,10 @@ read them without any message passing.
 When every env explores (or repeats an exploratory action) the network is not evaluated
 at all: the actions do not depend on it, which saves CPU early in training.
 
+When it looks for new weights it also looks at the weights block's hold: with
+``eval_max_lag_frames`` set, the evaluator holds training while an evaluation it has
+not started is that many frames overdue, and the collector waits (counted as stall).
+
 With ``frontier_start_share`` > 0 a share of episodes start at a point of the collector's
 furthest trajectory so far (:mod:`~pipeline.learning.frontier`): the env resets as usual
 and replays the recorded actions up to that point (with ``frontier_point_episodes`` > 1,
@@ -60,6 +64,7 @@ ENV_ERROR_WINDOW_S = 60.0
 ENV_ERROR_BACKOFF_S = 5.0
 PARENT_CHECK_STEPS = 256
 MAX_TRACE_STEPS = 20_000  # longest episode kept for frontier starts when episodes are unlimited
+HOLD_CHECK_S = 0.01  # how often a collector held for the evaluator looks again
 REPLAY_BEAT_STEPS = 32  # replayed agent steps between heartbeats (~0.1 s on a free core)
 
 
@@ -243,6 +248,22 @@ class Collector:
             self.weights_version = self.weights.read(self.loader.staging)
             self.loader.load()
             self.counters.weights_version = self.weights_version
+
+    def _wait_while_held(self) -> None:
+        """Wait while the evaluator holds training at a due evaluation (``eval_max_lag_frames``).
+
+        Like a full ring, this is back-pressure, not a hang: the wait counts as stall time
+        and keeps the heartbeat beating; the stop flag and the parent's death end it.
+        """
+        if not self.weights.held:
+            return
+        counted = time.monotonic_ns()
+        while self.weights.held and not self._should_stop():
+            time.sleep(HOLD_CHECK_S)
+            now = time.monotonic_ns()
+            self.counters.add_phase_ns("stall", now - counted)
+            counted = now
+            self.counters.beat()
 
     def _write(self, slot: R.Slot, frame: np.ndarray, action: int, reward: float, flags: int) -> None:
         transitions = slot.transitions
@@ -490,6 +511,7 @@ class Collector:
             rounds += 1
             # New weights between episodes, and at least every weights_check_steps steps.
             if episode_ended or rounds % check_every == 0:
+                self._wait_while_held()
                 self._sync_weights()
                 epsilon = self.weights.epsilon
             if self.weights.stop_requested or (rounds % PARENT_CHECK_STEPS == 0 and self._should_stop()):

@@ -63,6 +63,7 @@ class Evaluations:
             max_steps=cfg.eval_max_steps,
             epsilon=cfg.eval_epsilon,
             start_frames=frames,
+            max_lag_frames=cfg.eval_max_lag_frames,
         )
         self.evaluator.start()
         how = "greedy" if cfg.eval_epsilon == 0 else f"at epsilon {cfg.eval_epsilon:g}"

@@ -36,6 +36,10 @@ ignores SIGINT (the learner decides when it stops). It exits when :meth:`Evaluat
 asks, when the weights block's stop flag is set, or when its parent dies. It logs to
 ``<run>/logs/evaluator.log``.
 
+With ``max_lag_frames`` > 0 (``eval_max_lag_frames``) training waits for the evaluator
+once an evaluation it has not started is that many frames overdue, so that it evaluates
+at every multiple of the interval however slow the machine (:mod:`~pipeline.run.eval_hold`).
+
 A run that reaches its frame budget ends with a final evaluation: the learner publishes
 its last weights, calls :meth:`Evaluator.request_final` before it sets the stop flag (so
 the evaluator does not take that flag as its own), stops the collectors, and waits with
@@ -74,6 +78,7 @@ from typing import Any
 from config import Config
 from pipeline.common.files import atomic_write
 from pipeline.learning.policy import run_episode
+from pipeline.run.eval_hold import TrainingHold, hold_frames
 from pipeline.run.eval_protocol import EVAL_SEED_OFFSET, Protocol, play_protocol, protocol_figures
 from pipeline.run.pacing import next_mark
 
@@ -96,6 +101,7 @@ class EvaluatorArgs:
     max_steps: int
     epsilon: float = 0.0
     start_frames: int = 0
+    max_lag_frames: int = 0
 
 
 class Evaluator:
@@ -113,6 +119,8 @@ class Evaluator:
         episodes: episodes per evaluation (each from a seed of its own).
         max_steps: agent steps after which an evaluation episode is cut.
         epsilon: probability of a random action at each step (0 = greedy).
+        max_lag_frames: > 0: training waits once an evaluation not started yet is this
+            many frames overdue (0: it never waits; a slow evaluator skips multiples).
     """
 
     def __init__(
@@ -126,6 +134,7 @@ class Evaluator:
         max_steps: int = 2000,
         epsilon: float = 0.0,
         start_frames: int = 0,
+        max_lag_frames: int = 0,
     ) -> None:
         if interval_frames < 1:
             raise ValueError(f"interval_frames must be >= 1, got {interval_frames!r}")
@@ -143,7 +152,9 @@ class Evaluator:
         self.episodes = int(episodes)
         self.max_steps = int(max_steps)
         self.epsilon = float(epsilon)
+        self.max_lag_frames = max(0, int(max_lag_frames))
         self.process: mp.process.BaseProcess | None = None
+        self._hold: Any = None  # the weights block (attached here) while training waits for this evaluator
         self._queue: Any = None
         self._stop: Any = None
         self._final: Any = None
@@ -168,7 +179,13 @@ class Evaluator:
             episodes=self.episodes,
             max_steps=self.max_steps,
             epsilon=self.epsilon,
+            max_lag_frames=self.max_lag_frames,
         )
+        if self.max_lag_frames:
+            # The first evaluation is due at the first multiple past start_frames: training
+            # waits there for the process's start-up too, which sets the same hold itself.
+            self._hold = TrainingHold(self.weights_name)
+            self._hold.set(hold_frames(self.start_frames, self.interval_frames, self.max_lag_frames))
         self.process = ctx.Process(
             target=evaluator_main,
             args=(args, self._queue, self._stop, self._final),
@@ -190,8 +207,15 @@ class Evaluator:
         ffmpeg child, not counted) and ``time`` (Unix time).
         """
         self._drain()
+        if self._hold is not None and self.process is not None and self.process.exitcode is not None:
+            self._release_hold()  # it died: training must not wait for it any longer
         results, self._pending = self._pending, []
         return results
+
+    def _release_hold(self) -> None:
+        if self._hold is not None:
+            self._hold.close()
+            self._hold = None
 
     def _drain(self) -> None:
         """Move what the queue holds into the results kept for :meth:`poll` (never blocks)."""
@@ -249,6 +273,7 @@ class Evaluator:
         if process.is_alive():
             process.kill()
             process.join(2.0)
+        self._release_hold()
         self._drain()
         self._queue.close()
         self._queue.join_thread()
@@ -372,6 +397,7 @@ class _Worker:
         # The first evaluation waits for the first multiple of the interval too: at a run's
         # start the weights are random (a resumed run waits for the next multiple).
         due = next_mark(self.args.start_frames, self.args.interval_frames)
+        self._hold_at(due)
         failures = 0
         self.logger.info(
             "evaluator started (pid %d): every %d frames, %s, at most %d steps each",
@@ -392,6 +418,8 @@ class _Worker:
             # Due again at the next multiple, whether this evaluation succeeds or not (a
             # failure is retried then, not in a loop).
             due = next_mark(frames, self.args.interval_frames)
+            if not final:
+                self._hold_at(due)  # started: training may go on until the next one is overdue
             try:
                 version = self.evaluate(final=final)
             except Exception:
@@ -406,6 +434,11 @@ class _Worker:
                 evaluated = version
         self.logger.info("evaluator stopping")
         return False
+
+    def _hold_at(self, due: int) -> None:
+        """With ``max_lag_frames``: hold training once the evaluation due at ``due`` is that overdue."""
+        if self.args.max_lag_frames > 0:
+            self.weights.hold_frames = due + self.args.max_lag_frames
 
     def _rebuild_env(self) -> None:
         try:
@@ -535,5 +568,7 @@ class _Worker:
             self.env.close()
         except Exception:  # noqa: BLE001 - closing on the way out
             pass
+        if self.args.max_lag_frames > 0:
+            self.weights.hold_frames = 0  # no evaluator, no waiting for one
         self.weights.close()
         release(self.segment, unlink=False)

@@ -2,8 +2,8 @@
 
 Layout::
 
-    header (64 B): version u64, active u64, epsilon f64, learner_step u64, writing u64,
-                   stop u64, num_floats u64, frames u64
+    header (128 B): version u64, active u64, epsilon f64, learner_step u64, writing u64,
+                    stop u64, num_floats u64, frames u64, hold_frames u64, 7 words unused
     buffer 0: num_floats float32
     buffer 1: num_floats float32
 
@@ -24,16 +24,19 @@ clean exactly when ``writing < v + 2``. Otherwise the reader copies again. This 
 *starts* a publish rather than when it ends one.
 
 The header also carries the exploration epsilon, the learner's update count, the run's
-emulator frames when the weights were published (the evaluator's clock), and the global
-stop flag that asks collectors to finish.
+emulator frames when the weights were published (the evaluator's clock), the global
+stop flag that asks collectors to finish, and ``hold_frames``: when it is set (not 0),
+collectors wait while the published frames are at or past it. The evaluator sets it
+(``eval_max_lag_frames``) so that training waits for an evaluation that is due rather
+than running past it; it is one word, written whole, so no publish protocol is needed.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-HEADER_BYTES = 64
-VERSION, ACTIVE, EPSILON, LEARNER_STEP, WRITING, STOP, NUM_FLOATS, FRAMES = range(8)
+HEADER_BYTES = 128  # 16 words, 9 used: room to grow without moving the buffers again
+VERSION, ACTIVE, EPSILON, LEARNER_STEP, WRITING, STOP, NUM_FLOATS, FRAMES, HOLD_FRAMES = range(9)
 
 
 def block_bytes(num_floats: int) -> int:
@@ -84,6 +87,21 @@ class WeightsBlock:
 
     def request_stop(self) -> None:
         self._words[STOP] = 1
+
+    @property
+    def hold_frames(self) -> int:
+        """Collectors wait while :attr:`frames` is at or past this (0 = never)."""
+        return int(self._words[HOLD_FRAMES])
+
+    @hold_frames.setter
+    def hold_frames(self, value: int) -> None:
+        self._words[HOLD_FRAMES] = max(0, int(value))
+
+    @property
+    def held(self) -> bool:
+        """Whether collectors should wait now: a hold is set and the published frames reached it."""
+        hold = self.hold_frames
+        return hold > 0 and self.frames >= hold
 
     # -- publisher ----------------------------------------------------------------------
     def publish(

@@ -245,6 +245,36 @@ def test_a_final_evaluation_is_not_repeated_and_a_give_up_ends_the_wait(tmp_path
     assert evaluator.exitcode == 0
 
 
+def test_with_a_max_lag_training_is_held_at_each_overdue_evaluation_and_never_by_a_dead_one(tmp_path, weights_block):
+    """eval_max_lag_frames: the hold is set before the process starts (its start-up counts
+    as overdue too), moves to the next multiple plus the lag once an evaluation starts,
+    and is lifted when the evaluator stops, or dies."""
+    cfg, net, segment, block = weights_block
+    evaluator = Evaluator(
+        cfg, tmp_path, segment.name, interval_frames=1000, episodes=1, max_steps=30, max_lag_frames=200
+    )
+    try:
+        evaluator.start()
+        assert block.hold_frames == 1200  # first due at 1,000, held from 1,200
+        publish(block, net, learner_step=150, frames=1300)  # overdue: collectors would wait here
+        assert block.held or block.hold_frames == 2200  # (unless it started on it already)
+        (first,) = wait_for_results(evaluator)
+        assert first["frames"] == 1300 and block.hold_frames == 2200 and not block.held
+        evaluator.stop(timeout_s=60)
+        assert block.hold_frames == 0  # stopped: nothing to wait for
+
+        again = Evaluator(cfg, tmp_path, segment.name, interval_frames=1000, max_steps=30, max_lag_frames=200)
+        again.start()
+        assert block.hold_frames == 1200
+        again.process.kill()
+        again.process.join(30)
+        again.poll()  # the learner's next tick sees it dead and lets training go on
+        assert block.hold_frames == 0
+        again.stop()
+    finally:
+        evaluator.stop(timeout_s=60)
+
+
 def test_rejects_bad_arguments(tmp_path):
     with pytest.raises(ValueError, match="episodes"):
         Evaluator(Config(), tmp_path, "x", interval_frames=1, episodes=0)

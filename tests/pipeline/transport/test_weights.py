@@ -101,6 +101,21 @@ def test_read_retries_while_the_writer_reuses_the_buffer(block_factory):
     block.close()
 
 
+def test_a_hold_holds_once_the_published_frames_reach_it(block_factory):
+    """The evaluator's hold on the collectors: none while 0, then from its frames on."""
+    _, block = block_factory(4)
+    block.publish(np.zeros(4, np.float32), frames=5_000)
+    assert block.hold_frames == 0 and not block.held  # 0: no hold, however far the run is
+    block.hold_frames = 6_000
+    assert not block.held
+    block.publish(np.zeros(4, np.float32), frames=6_000)
+    assert block.held
+    block.hold_frames = -3  # never negative: a bad value lifts the hold
+    assert block.hold_frames == 0 and not block.held
+    assert block.num_floats == 4 and block.version == 2  # the header words beside it are untouched
+    block.close()
+
+
 # ------------------------------------------------------------------------ state round trip
 class BNNet(nn.Module):
     def __init__(self) -> None:
