@@ -59,6 +59,7 @@ from pipeline.bench.learning_figures import (
     run_figures,
     table_lines,
 )
+from pipeline.bench.learning_steadiness import steadiness_at_marks
 from pipeline.common.errors import OneLineParser, UserError
 from pipeline.common.files import atomic_write_text
 from pipeline.run.eval_protocol import Protocol
@@ -205,7 +206,7 @@ def wall_and_ratio(run: Path) -> dict[str, float]:
 def seed_result(run: Path, seed: int, curve: list[MarkResult]) -> dict[str, Any]:
     """One run's figures (:data:`~pipeline.bench.learning_figures.FIGURES`) and its curve."""
     machine = wall_and_ratio(run)
-    figures = run_figures(curve, machine)
+    figures = run_figures(curve, machine, steadiness_at_marks(run, curve))
     return {
         "run": str(run),
         "seed": seed,

@@ -58,6 +58,11 @@ class MarkResult:
     greedy_x_pos: int = 0
     greedy_flag: bool = False
     greedy_return: float = 0.0
+    # The values on the protocol's greedy steps (pipeline.run.value_check; None in entries
+    # evaluated before the bench kept them): the mean Q of the action taken over the mean
+    # discounted return that followed, and the median gap between the two best actions.
+    q_over_return: float | None = None
+    median_action_gap: float | None = None
 
     @classmethod
     def from_dict(cls, values: Mapping[str, Any]) -> MarkResult:
@@ -82,17 +87,26 @@ def mark_files(run: Path) -> list[Path]:
 
 def evaluate_mark(path: str, protocol: dict[str, Any]) -> dict[str, Any]:
     """Child process (or in-process): the protocol's episodes and the greedy episode of one
-    mark, on one torch thread. Same mark and same protocol, same figures."""
+    mark, on one torch thread. Same mark and same protocol, same figures. The episodes are
+    played by :func:`~pipeline.run.value_check.value_check` (the same episodes as
+    ``play_protocol``), so the values against the returns come with them at no extra play."""
     from pipeline.learning.policy import build_env, load_policy, run_episode, single_thread_torch
-    from pipeline.run.eval_protocol import play_protocol, protocol_figures
+    from pipeline.run.eval_protocol import protocol_figures
+    from pipeline.run.value_check import value_check
 
     policy = load_policy(path)
     chosen = Protocol(**protocol)
     env = build_env(policy.config, policy.env_id, seed=chosen.first_seed)
     try:
         with single_thread_torch():
-            episodes = play_protocol(
-                env, policy.model, chosen, frame_stack=policy.frame_stack, num_actions=policy.num_actions
+            episodes, values = value_check(
+                env,
+                policy.model,
+                chosen,
+                frame_stack=policy.frame_stack,
+                num_actions=policy.num_actions,
+                gamma=policy.config.gamma,
+                reward_scale=policy.config.reward_scale,
             )
             greedy = run_episode(
                 env,
@@ -104,7 +118,6 @@ def evaluate_mark(path: str, protocol: dict[str, Any]) -> dict[str, Any]:
             )
     finally:
         env.close()
-    assert episodes is not None  # nothing can interrupt it without should_stop
     figures = protocol_figures(episodes)
     return asdict(
         MarkResult(
@@ -118,6 +131,8 @@ def evaluate_mark(path: str, protocol: dict[str, Any]) -> dict[str, Any]:
             greedy_x_pos=greedy.x_pos,
             greedy_flag=greedy.flag_get,
             greedy_return=greedy.ret,
+            q_over_return=values.get("q_over_return"),
+            median_action_gap=values.get("median_action_gap"),
         )
     )
 

@@ -3,8 +3,11 @@
 A run (one training seed) is summed up by :data:`FIGURES`: at 0.5M, 1M and 2M frames the
 protocol's mean and median x_pos and flag rate and the greedy episode's x_pos; frames to
 the first flag (the first mark with a flag rate above 0) and to x_pos 1,800; the area
-under the mean x_pos curve; and, beside them, the machine's wall time, frames/s and the
-replay ratio held.
+under the mean x_pos curve; the steadiness figures at 1M and 2M (the probe's agreement,
+churn, |Q_eval - Q_train| and action gap from metrics.csv, the mark's Q over the returns
+that followed, and the median swing of the mean x_pos between consecutive marks from 1M
+on: :mod:`~pipeline.bench.learning_steadiness`); and, beside them, the machine's wall
+time, frames/s and the replay ratio held.
 
 Over seeds each figure is its mean and its spread (min..max): DQN runs that differ only
 in their seed end up far apart, so a figure without its spread says little.
@@ -27,8 +30,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from pipeline.bench.learning_curves import X_POS_GOAL, MarkResult, area_under_curve, figure_at, first_frames
+from pipeline.bench.learning_steadiness import STEADINESS_FIELDS, median_swing
 
 REPORT_FRAMES = (500_000, 1_000_000, 2_000_000)
+STEADY_FRAMES = (500_000, 1_000_000, 2_000_000)
 NOISE = "within the spread between seeds (noise)"
 BEYOND = "beyond the spread between seeds"
 NO_SPREAD = "one seed each: no spread between seeds to judge it by"
@@ -43,7 +48,7 @@ class Figure:
 
     key: str
     label: str
-    unit: str  # x_pos, rate, frames, minutes, per_s, ratio
+    unit: str  # x_pos, rate, frames, minutes, per_s, ratio, fine (three decimals)
     compare: bool = True
 
     def format(self, value: float | None, *, signed: bool = False) -> str:
@@ -56,6 +61,8 @@ class Figure:
             return f"{value / 60:{sign}.0f} min"
         if self.unit in ("rate", "ratio"):
             return f"{value:{sign}.2f}"
+        if self.unit == "fine":
+            return f"{value:{sign}.3f}"
         return f"{value:{sign},.0f}"
 
 
@@ -72,6 +79,19 @@ FIGURES: tuple[Figure, ...] = (
         for frames in REPORT_FRAMES
         for field, label, unit in MARK_FIELDS
     ),
+    # Steadiness (learning_steadiness): the probe's figures, the values, the swing.
+    *(
+        Figure(f"{name}@{frames}", f"{label} @{frames / 1e6:g}M", "fine")
+        for frames in STEADY_FRAMES
+        for name, label in (
+            ("agreement", "train/eval agreement"),
+            ("churn", "churn per publish"),
+            ("q_offset", "|Q_eval - Q_train|"),
+            ("action_gap", "median action gap"),
+            ("q_over_return", "Q / return"),
+        )
+    ),
+    Figure("median_swing", "median swing between marks from 1M", "x_pos"),
     Figure("frames_to_flag", "frames to the first flag", "frames"),
     Figure("frames_to_x_pos_goal", f"frames to x_pos {X_POS_GOAL:,}", "frames"),
     Figure(AUC, "area under x_pos (mean)", "x_pos"),
@@ -82,11 +102,22 @@ FIGURES: tuple[Figure, ...] = (
 )
 
 
-def run_figures(curve: Sequence[MarkResult], machine: Mapping[str, float]) -> dict[str, float | None]:
-    """Every figure of one run (None where the run has no such mark, or never got there)."""
+def run_figures(
+    curve: Sequence[MarkResult],
+    machine: Mapping[str, float],
+    steadiness: Mapping[int, Mapping[str, float | None]] | None = None,
+) -> dict[str, float | None]:
+    """Every figure of one run (None where the run has no such mark, or never got there);
+    ``steadiness`` is the probe's figures per mark (``steadiness_at_marks``)."""
     figures: dict[str, float | None] = {
         f"{field}@{frames}": figure_at(curve, frames, field) for frames in REPORT_FRAMES for field, _, _ in MARK_FIELDS
     }
+    for frames in STEADY_FRAMES:
+        at_mark = (steadiness or {}).get(frames, {})
+        figures.update({f"{name}@{frames}": at_mark.get(name) for name in STEADINESS_FIELDS.values()})
+        mark = next((r for r in curve if r.frames == frames), None)
+        figures[f"q_over_return@{frames}"] = mark.q_over_return if mark is not None else None
+    figures["median_swing"] = median_swing(curve)
     figures["frames_to_flag"] = first_frames(curve, flag=True)
     figures["frames_to_x_pos_goal"] = first_frames(curve, x_pos=X_POS_GOAL)
     figures[AUC] = area_under_curve(curve)

@@ -212,6 +212,8 @@ def test_marks_are_evaluated_reproducibly_and_cached_by_protocol(tmp_path: Path)
     (run / EVAL_CACHE).write_text(json.dumps({"episodes=1,max_steps=2000": {"frames-000500000.pt": stale}}))
     curve = evaluate_marks(run, protocol, workers=2)  # two spawned processes
     assert [r.frames for r in curve] == [500_000, 1_000_000] and curve[0].mean_x_pos >= 0
+    # The values come with the same episodes (value_check plays them).
+    assert all(r.q_over_return is not None and r.median_action_gap is not None for r in curve)
     cache = json.loads((run / EVAL_CACHE).read_text())
     assert sorted(cache) == sorted([cache_key(protocol), "episodes=1,max_steps=2000"])
     assert "seeds=5000000..5000003" in cache_key(protocol) and "epsilon=0.3" in cache_key(protocol)
