@@ -142,6 +142,10 @@ class Config:
     so every eval-mode forward (acting copies, evaluator, target, Double-DQN argmax)
     normalises as training does. 0 = PyTorch's running average of about the last ten
     batches (momentum 0.1), which moved eval-mode Q-values by several action gaps."""
+    bn_momentum: float = 0.1
+    """BatchNorm's running-average momentum for the online network's statistics when
+    bn_calibration_states is 0 (PyTorch's 0.1 averages about the last ten batches; 0.01
+    about the last hundred, with older weights)."""
     steadiness_interval_updates: int = 2000
     """Every this many learner updates (at a publish), the steadiness probe measures the
     published network on a fixed set of replay states: train/eval greedy agreement, churn
@@ -321,6 +325,7 @@ SAVED_BEFORE: dict[str, Any] = {
     "frontier_point_episodes": 1,
     "jump_retrigger": False,
     "bn_calibration_states": 0,
+    "bn_momentum": 0.1,
 }
 FIELD_TYPES: dict[str, str] = {f.name: str(f.type) for f in fields(Config)}
 

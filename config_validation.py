@@ -161,6 +161,7 @@ def validate(cfg: Any) -> None:
         ("priority_beta_start", "0.4"),
         ("target_tau", "0.005"),
         ("reset_shrink", "0.8"),
+        ("bn_momentum", "0.1"),
         ("eval_epsilon", "0.05"),
     ):
         if not 0.0 <= getattr(cfg, name) <= 1.0:

@@ -41,6 +41,7 @@ __all__ = [
     "freeze_running_statistics",
     "preserved_statistics",
     "recalibrate",
+    "set_momentum",
 ]
 
 
@@ -49,10 +50,15 @@ def batch_norm_layers(net: nn.Module) -> list[_BatchNorm]:
     return [m for m in net.modules() if isinstance(m, _BatchNorm) and m.track_running_stats]
 
 
+def set_momentum(net: nn.Module, momentum: float) -> None:
+    """The running-average momentum of every BatchNorm layer of ``net``."""
+    for layer in batch_norm_layers(net):
+        layer.momentum = momentum
+
+
 def freeze_running_statistics(net: nn.Module) -> None:
     """Momentum 0 for every BatchNorm layer: train-mode forwards stop moving the statistics."""
-    for layer in batch_norm_layers(net):
-        layer.momentum = 0.0
+    set_momentum(net, 0.0)
 
 
 @contextlib.contextmanager

@@ -82,7 +82,7 @@ from torch import nn
 
 from models import QNetwork
 from pipeline.learning.augment import random_shift
-from pipeline.learning.batchnorm_stats import batch_norm_layers, freeze_running_statistics, recalibrate
+from pipeline.learning.batchnorm_stats import batch_norm_layers, freeze_running_statistics, recalibrate, set_momentum
 
 # CompileFallbackWarning is re-exported (``X as X``): it was defined here, and callers and
 # tests import it from here.
@@ -143,7 +143,8 @@ class LearnerSettings:
     advantage_learning: float = 0.0  # alpha of the advantage-learning target (0 = plain Double DQN)
     reset_interval: int = 0  # shrink-and-perturb the online net every this many updates (0 = never)
     reset_shrink: float = 0.8  # kept fraction of the weights at a reset; the rest is a fresh init
-    bn_calibration_states: int = 0  # precise BN over this many replay states (0 = momentum 0.1)
+    bn_calibration_states: int = 0  # precise BN over this many replay states (0 = the running average)
+    bn_momentum: float = 0.1  # the running average's momentum when bn_calibration_states is 0
     calibration_chunk: int = 32  # states per calibration forward: the training batch size
     compile: bool = True
     amp: bool = True
@@ -170,6 +171,7 @@ class LearnerSettings:
             reset_interval=cfg.reset_interval_updates,
             reset_shrink=cfg.reset_shrink,
             bn_calibration_states=cfg.bn_calibration_states,
+            bn_momentum=cfg.bn_momentum,
             calibration_chunk=cfg.batch_size // cfg.grad_accum,
             compile=compile,
             amp=amp,
@@ -250,9 +252,11 @@ class Learner:
         # callable returning ``count`` uniform replay states and their previous actions.
         self.calibration_source: Callable[[int], tuple[torch.Tensor, torch.Tensor | None]] | None = None
         self.calibrated_at: int = -1  # the update count of the last calibration (-1: none yet)
+        # Before any compilation: the compiled graphs are specialised on the momentum.
         if settings.bn_calibration_states > 0:
-            # Before any compilation: the compiled graphs are specialised on the momentum.
             freeze_running_statistics(self.online)
+        else:
+            set_momentum(self.online, settings.bn_momentum)
 
     # ------------------------------------------------------------------ public API
 
