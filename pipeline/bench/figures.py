@@ -178,16 +178,29 @@ FIGURES: dict[str, dict[str, FigureSpec]] = {
         "updates_ratio": _spec("updates/s with / without", "{:.3f}", "worst case: evaluating back to back"),
         "evaluations": _spec("evaluations in the window", "{:.0f}", "finished while measuring"),
         "evaluator_cpu_pct": _spec("evaluator CPU %", "{:.0f}", "of one core, niced (+10)"),
-        "wall_s_per_evaluation": _spec(
-            "wall s per evaluation", "{:.1f}", "mean over the run's evaluations (eval_episodes episodes each)"
+        "eval_steps_per_s": _spec("evaluator steps/s", "{:,.1f}", "agent steps it played per s of evaluating"),
+        "cpu_ms_per_eval_step": _spec("evaluator CPU ms per step", "{:.2f}", "its CPU per agent step"),
+        "max_steps_per_evaluation": _spec(
+            "most steps per evaluation", "{:,.0f}", "(eval_episodes + greedy) x eval_max_steps"
         ),
-        "cpu_s_per_evaluation": _spec("CPU s per evaluation", "{:.1f}", "mean over the run's evaluations"),
+        "wall_s_per_evaluation_at_most": _spec(
+            "wall s per evaluation, at most", "{:,.1f}", "most steps at the measured steps/s"
+        ),
+        "cpu_s_per_evaluation_at_most": _spec(
+            "CPU s per evaluation, at most", "{:,.1f}", "most steps at the measured CPU per step"
+        ),
+        "wall_s_per_evaluation": _spec(
+            "wall s per evaluation", "{:.1f}", "mean over the evaluations the run finished (n/a: none)"
+        ),
+        "cpu_s_per_evaluation": _spec("CPU s per evaluation", "{:.1f}", "mean over the evaluations the run finished"),
         "eval_interval_frames": _spec(
             "configured eval interval frames", "{:,.0f}", "eval_interval_frames of the preset"
         ),
         "eval_interval_s": _spec("that interval in s", "{:.0f}", "its frames at the frames/s without the evaluator"),
         "busy_share_at_interval": _spec(
-            "evaluator busy share at that interval", "{:.3f}", "wall s per evaluation / interval"
+            "evaluator busy share at that interval",
+            "{:.3f}",
+            "wall s per evaluation (at most, if none finished) / interval",
         ),
         "frames_ratio_at_interval": _spec(
             "frames/s ratio at that interval",

@@ -24,10 +24,45 @@ from pipeline.learning.learner_speed import LEARNER_VARIANTS, learner_spec, time
 from pipeline.run.monitor import LEARNER_PHASES
 
 EVALUATOR_BACK_TO_BACK_FRAMES = 1  # eval_interval_frames of the evaluator part's middle run
-# The niced evaluator gets ~10 % of a core on a busy 2-core box: its runs need a window
-# long enough for evaluations to finish in it.
+# The niced evaluator gets a few % of a core on a busy 2-core box: a longer window counts
+# more of its steps (it need not finish an evaluation in it; see evaluation_cost).
 EVALUATOR_MIN_WINDOW_S = 45.0
 SOAK_REPLAY_CAPACITY = 3_000  # fills within about a minute on a loaded 2-core CPU box
+
+
+def evaluation_cost(window: dict[str, float], cfg: Any) -> dict[str, float]:
+    """What one evaluation costs, from the with-evaluator run's window (:func:`window_figures`).
+
+    Measured from the evaluator's steps as they went (:mod:`~pipeline.run.eval_progress`),
+    not from finished evaluations only: niced beside two collectors and the learner on 2
+    cores it gets a few percent of a core, and one evaluation of the default protocol (up
+    to 11 episodes of 2,000 steps) takes it many minutes, far past a part of seconds.
+    ``*_at_most`` are an evaluation of the protocol's most steps at the window's step rate
+    and CPU per step; ``wall_s_per_evaluation`` and ``cpu_s_per_evaluation`` are the
+    means over the evaluations the run finished (NaN when none did).
+    """
+    nan = float("nan")
+    steps = window["evaluator_steps_window"]
+    wall, cpu = window["evaluator_eval_wall_s_window"], window["evaluator_eval_cpu_s_window"]
+    if steps <= 0:  # none in the window (a starved evaluator): the run's steps so far
+        steps, wall, cpu = (
+            window["evaluator_steps_run"],
+            window["evaluator_eval_wall_s_run"],
+            window["evaluator_eval_cpu_s_run"],
+        )
+    steps_per_s = steps / wall if wall > 0 else nan
+    cpu_per_step = cpu / steps if steps > 0 else nan
+    max_steps = (cfg.eval_episodes + (1 if cfg.eval_epsilon > 0 else 0)) * cfg.eval_max_steps
+    done = window["evaluations_run"]
+    return {
+        "eval_steps_per_s": steps_per_s,
+        "cpu_ms_per_eval_step": 1000.0 * cpu_per_step,
+        "max_steps_per_evaluation": float(max_steps),
+        "wall_s_per_evaluation_at_most": max_steps / steps_per_s if steps_per_s > 0 else nan,
+        "cpu_s_per_evaluation_at_most": max_steps * cpu_per_step,
+        "wall_s_per_evaluation": window["eval_wall_s_total"] / done if done else nan,
+        "cpu_s_per_evaluation": window["eval_cpu_s_total"] / done if done else nan,
+    }
 
 
 class TrainingParts(SuiteBase):
@@ -162,31 +197,20 @@ class TrainingParts(SuiteBase):
 
     def part_evaluator(self, result: PartResult) -> None:
         seconds = self.seconds if self.options.quick else max(self.seconds, EVALUATOR_MIN_WINDOW_S)
+        f = result.figures
         before = self._training_window("no-evaluator", window_s=seconds)["window"]
+        f["frames_per_s_without"] = before["frames_per_s"]  # the mean of both once the third run is in
         with_evaluator = self._training_window(
             "evaluator", eval_interval_frames=EVALUATOR_BACK_TO_BACK_FRAMES, window_s=seconds
         )["window"]
-        done = with_evaluator["evaluations_run"]
-        if not done:  # a figure of 0 frames/s "with the evaluator" would be a wrong answer, not a result
-            raise RuntimeError(
-                "no evaluation finished in the with-evaluator run, so its cost cannot be measured: one "
-                f"evaluation ({self.cfg.eval_episodes} episode(s) of at most {self.cfg.eval_max_steps} steps, "
-                "niced) took longer than the run on this machine; rerun with a larger --seconds or "
-                "--set eval_max_steps=N"
-            )
         after = self._training_window("no-evaluator-again", window_s=seconds)["window"]
-        f = result.figures
         f["frames_per_s_without"] = (before["frames_per_s"] + after["frames_per_s"]) / 2
         f["frames_per_s_with"] = with_evaluator["frames_per_s"]
         f["frames_ratio"] = f["frames_per_s_with"] / f["frames_per_s_without"]
         f["updates_ratio"] = with_evaluator["updates_per_s"] / ((before["updates_per_s"] + after["updates_per_s"]) / 2)
         f["evaluations"] = with_evaluator["evaluations"]
         f["evaluator_cpu_pct"] = with_evaluator["evaluator_cpu_pct"]
-        # Per evaluation, as the evaluator timed them: every evaluation of the run (the window
-        # opens after the first, so there is at least one), not only those inside the window.
-        nan = float("nan")
-        f["wall_s_per_evaluation"] = with_evaluator["eval_wall_s_total"] / done if done else nan
-        f["cpu_s_per_evaluation"] = with_evaluator["eval_cpu_s_total"] / done if done else nan
+        f.update(evaluation_cost(with_evaluator, self.cfg))
         # At the configured interval the evaluator is busy for one evaluation's wall time
         # per interval and idle (asleep) otherwise, so it costs that fraction of the
         # back-to-back slowdown. The interval is in frames: in seconds it is that many
@@ -194,10 +218,14 @@ class TrainingParts(SuiteBase):
         f["eval_interval_frames"] = float(self.cfg.eval_interval_frames)
         interval = self.cfg.eval_interval_frames / f["frames_per_s_without"] if f["frames_per_s_without"] else 0.0
         f["eval_interval_s"] = interval
-        if interval > 0 and done:
-            f["busy_share_at_interval"] = min(1.0, f["wall_s_per_evaluation"] / interval)
+        done = with_evaluator["evaluations_run"]
+        # Finished evaluations' own figures where there are some; else the most one can cost.
+        wall = f["wall_s_per_evaluation"] if done else f["wall_s_per_evaluation_at_most"]
+        cpu = f["cpu_s_per_evaluation"] if done else f["cpu_s_per_evaluation_at_most"]
+        if interval > 0 and not math.isnan(wall):
+            f["busy_share_at_interval"] = min(1.0, wall / interval)
             f["frames_ratio_at_interval"] = 1.0 - (1.0 - f["frames_ratio"]) * f["busy_share_at_interval"]
-            f["machine_pct_at_interval"] = 100.0 * f["cpu_s_per_evaluation"] / interval / (os.cpu_count() or 1)
+            f["machine_pct_at_interval"] = 100.0 * cpu / interval / (os.cpu_count() or 1)
         result.details.update(
             {
                 "frames_per_s": {
@@ -213,9 +241,10 @@ class TrainingParts(SuiteBase):
                 "eval_episodes": self.cfg.eval_episodes,
                 "eval_max_steps": self.cfg.eval_max_steps,
                 "window_s": with_evaluator["window_s"],
+                "evaluations_in_run": done,
+                "at_interval_from": "finished evaluations" if done else "at most: max steps at the measured step rate",
             }
         )
-        result.details["evaluations_in_run"] = done
 
     def part_soak(self, result: PartResult) -> None:
         minutes = self.options.soak_minutes

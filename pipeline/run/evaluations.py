@@ -102,7 +102,8 @@ class Evaluations:
 
     def gauges(self) -> dict[str, float]:
         """The ``eval_*`` gauges (NaN before the first evaluation), then the evaluator
-        process's CPU and memory when there is one."""
+        process's CPU and memory and its progress (:mod:`~pipeline.run.eval_progress`)
+        when there is one."""
         last = self.last or {}
         nan = float("nan")
         values = {gauge: float(last.get(field, nan)) for gauge, field in EVAL_RESULT_FIELDS.items()}
@@ -115,6 +116,9 @@ class Evaluations:
             stats = process_stats(self.evaluator.pid if self.evaluator.alive else None)
             gauges["evaluator_cpu_pct"] = stats["cpu_pct"]
             gauges["evaluator_rss_mb"] = stats["rss_mb"]
+            # Its steps and seconds of evaluating as they go, not only when an evaluation
+            # ends: the benchmark's evaluator part measures its cost from them.
+            gauges.update(self.evaluator.progress())
         return gauges
 
     def request_final(self) -> bool:

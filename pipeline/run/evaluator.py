@@ -79,6 +79,7 @@ from config import Config
 from pipeline.common.files import atomic_write
 from pipeline.learning.policy import run_episode
 from pipeline.run.eval_hold import TrainingHold, hold_frames
+from pipeline.run.eval_progress import CountingEnv, new_progress, read_progress
 from pipeline.run.eval_protocol import EVAL_SEED_OFFSET, Protocol, play_protocol, protocol_figures
 from pipeline.run.pacing import next_mark
 
@@ -155,6 +156,7 @@ class Evaluator:
         self.max_lag_frames = max(0, int(max_lag_frames))
         self.process: mp.process.BaseProcess | None = None
         self._hold: Any = None  # the weights block (attached here) while training waits for this evaluator
+        self._progress: Any = None  # steps and seconds of evaluating, updated by the process every step
         self._queue: Any = None
         self._stop: Any = None
         self._final: Any = None
@@ -169,6 +171,7 @@ class Evaluator:
         self._queue = ctx.Queue()
         self._stop = ctx.Event()
         self._final = ctx.Event()
+        self._progress = new_progress(ctx)
         args = EvaluatorArgs(
             config=self.config,
             run_path=str(self.run_path),
@@ -188,7 +191,7 @@ class Evaluator:
             self._hold.set(hold_frames(self.start_frames, self.interval_frames, self.max_lag_frames))
         self.process = ctx.Process(
             target=evaluator_main,
-            args=(args, self._queue, self._stop, self._final),
+            args=(args, self._queue, self._stop, self._final, self._progress),
             name="evaluator",
             daemon=True,
         )
@@ -279,6 +282,11 @@ class Evaluator:
         self._queue.join_thread()
         self._queue = None
 
+    def progress(self) -> dict[str, float]:
+        """Agent steps, CPU and wall seconds of evaluating so far, as they go
+        (:mod:`~pipeline.run.eval_progress`; NaN before :meth:`start`)."""
+        return read_progress(self._progress)
+
     @property
     def pid(self) -> int | None:
         return None if self.process is None else self.process.pid
@@ -310,7 +318,7 @@ def _make_logger(run_path: Path) -> logging.Logger:
     return logger
 
 
-def evaluator_main(args: EvaluatorArgs, results: Any, stop_event: Any, final_event: Any) -> None:
+def evaluator_main(args: EvaluatorArgs, results: Any, stop_event: Any, final_event: Any, progress: Any = None) -> None:
     """Process entry point (target of a spawn Process)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the learner's business
     try:
@@ -321,7 +329,7 @@ def evaluator_main(args: EvaluatorArgs, results: Any, stop_event: Any, final_eve
     worker = None
     final_done = False
     try:
-        worker = _Worker(args, results, stop_event, final_event, logger)
+        worker = _Worker(args, results, stop_event, final_event, logger, progress)
         final_done = worker.run()
     except Exception:
         logger.error("evaluator failed:\n%s", traceback.format_exc())
@@ -341,7 +349,13 @@ def evaluator_main(args: EvaluatorArgs, results: Any, stop_event: Any, final_eve
 
 class _Worker:
     def __init__(
-        self, args: EvaluatorArgs, results: Any, stop_event: Any, final_event: Any, logger: logging.Logger
+        self,
+        args: EvaluatorArgs,
+        results: Any,
+        stop_event: Any,
+        final_event: Any,
+        logger: logging.Logger,
+        progress: Any = None,
     ) -> None:
         import torch
 
@@ -371,12 +385,14 @@ class _Worker:
                 f"weights block holds {self.weights.num_floats} floats, the evaluator's network "
                 f"needs {self.loader.num_floats}"
             )
-        self._build_env = build_env
+        # Every step of an evaluation is counted into progress (when there is one).
+        self.progress = progress
+        self._build_env = build_env if progress is None else lambda *a, **k: CountingEnv(build_env(*a, **k), progress)
         self.seed0 = self.cfg.seed + EVAL_SEED_OFFSET
         self.protocol = Protocol(
             episodes=args.episodes, epsilon=args.epsilon, first_seed=self.seed0, max_steps=args.max_steps
         )
-        self.env = build_env(self.cfg, seed=self.seed0)
+        self.env = self._build_env(self.cfg, seed=self.seed0)
         self.best_return = self._load_best()
 
     def _load_best(self) -> float:
@@ -451,6 +467,15 @@ class _Worker:
         """One evaluation of the current weights; returns their version (0 if interrupted).
 
         ``final``: the run's last weights (the result says so)."""
+        if isinstance(self.env, CountingEnv):
+            self.env.begin()
+        try:
+            return self._evaluate(final=final)
+        finally:
+            if isinstance(self.env, CountingEnv):
+                self.env.end()
+
+    def _evaluate(self, *, final: bool) -> int:
         t0, cpu0 = time.monotonic(), time.process_time()
         version = self.weights.read(self.loader.staging)
         self.loader.load()
