@@ -32,6 +32,10 @@ def _without_only_learning(argv: list[str]) -> list[str] | None:
 def bench_command(argv: list[str]) -> int:
     """``python main.py bench [...]``: run the suite, print one table; 0, or 1 if a part failed.
 
+    A part measured on a busy machine is no failure (its rows say BUSY), nor is one that
+    found no steady window there (its row says so); one that found none on a quiet
+    machine is.
+
     ``--only learning`` is the learning benchmark (:mod:`pipeline.bench.learning`): hours
     of training, not seconds of measuring, with flags of its own.
     """
@@ -58,8 +62,16 @@ def bench_command(argv: list[str]) -> int:
         f"{cfg.num_processes} collectors, {options.seconds:g} s per part, {os.cpu_count()} cores "
         f"(load average {os.getloadavg()[0]:.1f}), {elapsed:.0f} s"
     )
+    busy = [name for name, r in results.items() if r.busy]
+    if busy:
+        header += f"; measured beside other load: {', '.join(busy)}"
     if results:
         render_table(results, header)
+    if busy:
+        log(
+            f"other processes kept the machine busy during {', '.join(busy)}: their figures are likely low "
+            "(marked BUSY); measure again on a quiet machine to quote them"
+        )
     if options.json_path is not None:
         payload = results_json(results, options, resolved, argv, elapsed)
         options.json_path.write_text(json.dumps(payload, indent=2) + "\n")

@@ -1,7 +1,9 @@
 """The suite's output: one table of every figure (rich or plain text), and the JSON.
 
 Rows come in the order the parts ran and each part filled its figures; labels, formats,
-meanings and targets come from :data:`pipeline.bench.figures.FIGURES`.
+meanings and targets come from :data:`pipeline.bench.figures.FIGURES`. Each part opens
+with the CPU other processes used while it ran; a part measured on a busy machine says
+BUSY there and beside each of its figures, and a part that measured nothing says why.
 """
 
 from __future__ import annotations
@@ -27,14 +29,28 @@ def _format(spec: FigureSpec | None, value: Any) -> str:
     return (spec.fmt if spec else "{:.3g}").format(value)
 
 
+BUSY = "BUSY"
+
+
+def load_row(part: str, result: PartResult) -> tuple[str, str, str, str, str]:
+    """The part's first row: what other processes used of the cores while it ran."""
+    if result.other_cores is None:
+        return (part, "other processes' CPU", "n/a", "", "not known here (no /proc/stat)")
+    if result.busy:
+        return (part, "other processes' CPU", f"{result.other_cores:.2f} cores", BUSY, "its figures are likely low")
+    return (part, "other processes' CPU", f"{result.other_cores:.2f} cores", "", "quiet while measuring")
+
+
 def table_rows(results: dict[str, PartResult]) -> list[tuple[str, str, str, str, str]]:
     """(part, figure, value, target, meaning) rows in the suite's order."""
     rows = []
     for part, result in results.items():
         specs = FIGURES.get(part, {})
+        rows.append(load_row(part, result))
         if result.error:
             rows.append((part, "ERROR", "-", "", result.error))
-            continue
+        if result.unmeasured:
+            rows.append((part, "NOT MEASURED", "-", BUSY, result.unmeasured))
         for key, value in result.figures.items():
             spec = specs.get(key)
             target = ""
@@ -43,6 +59,8 @@ def table_rows(results: dict[str, PartResult]) -> list[tuple[str, str, str, str,
                 op, threshold = spec.target
                 verdict = "?" if met is None else ("ok" if met else "MISS")
                 target = f"{op} {threshold:g} {verdict}"
+            if result.busy:
+                target = f"{target} {BUSY}".strip()
             rows.append((part, spec.label if spec else key, _format(spec, value), target, spec.meaning if spec else ""))
     return rows
 
@@ -67,7 +85,7 @@ def render_table(results: dict[str, PartResult], header: str, *, rich_output: bo
             table.add_column(name, justify=justify)  # type: ignore[arg-type]
         previous = None
         for part, *rest in rows:
-            style = "red" if rest[2].endswith("MISS") or rest[0] == "ERROR" else None
+            style = "red" if "MISS" in rest[2] or rest[0] == "ERROR" else "yellow" if BUSY in rest[2] else None
             table.add_row(part if part != previous else "", *rest, style=style, end_section=False)
             previous = part
         Console().print(table)
@@ -148,9 +166,20 @@ def results_json(
                 "num_processes_source": resolved.sources.get("num_processes"),
             },
             "parts": {
-                part: {"figures": r.figures, "details": r.details, "error": r.error or None, "seconds": r.seconds}
+                part: {
+                    "figures": r.figures,
+                    "details": r.details,
+                    "error": r.error or None,
+                    "seconds": r.seconds,
+                    # Mean cores other processes kept busy meanwhile, and whether that was
+                    # enough to make the figures suspect (machine_load.BUSY_SHARE).
+                    "other_cores": r.other_cores,
+                    "busy": r.busy,
+                    "unmeasured": r.unmeasured or None,
+                }
                 for part, r in results.items()
             },
+            "busy_parts": [part for part, r in results.items() if r.busy],
             "targets": targets,
         }
     )

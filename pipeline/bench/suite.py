@@ -64,6 +64,13 @@ The parts (``--only NAME`` runs one; a comma-separated list runs several):
     the records/s one agent's pull path carries from flooding producers into a replay
     (:mod:`~pipeline.bench.parts_cluster`).
 
+Every part is bracketed by a :class:`~pipeline.run.machine_load.LoadMeter`, as ``tune``
+is: the CPU that other processes used of the cores meanwhile (from /proc/stat) is
+printed with the part, and a part that ran beside a quarter of the cores' worth or more
+is flagged BUSY (its figures are likely low). A part that finds no steady window says so
+in its row; on a busy machine that is the load's doing and not a failure, on a quiet one
+it is. The other parts' figures are printed and written to the JSON either way.
+
 ``--quick`` shortens every part (and measures fewer learner variants) so the default
 suite finishes in about two minutes on a 2-core machine: a smoke run for CI, not a
 measurement to quote.
@@ -83,7 +90,9 @@ import traceback
 from pipeline.bench.parts_cluster import ClusterParts
 from pipeline.bench.parts_training import TrainingParts
 from pipeline.bench.suite_base import PartResult, log
+from pipeline.bench.trainer_run import NoSteadyWindow
 from pipeline.common.errors import UserError
+from pipeline.run.machine_load import LoadMeter
 
 
 class Suite(ClusterParts, TrainingParts):
@@ -101,14 +110,28 @@ class Suite(ClusterParts, TrainingParts):
                 log(f"{name} ...")
                 started = time.monotonic()
                 result = PartResult()
+                meter = LoadMeter()
+                failure: Exception | None = None
                 try:
                     getattr(self, f"part_{name}")(result)
                 except (UserError, KeyboardInterrupt):
                     raise
                 except Exception as exc:  # noqa: BLE001 - one broken part should not hide the rest
-                    result.error = f"{type(exc).__name__}: {exc}".splitlines()[0]
+                    failure = exc
                     result.details["traceback"] = traceback.format_exc()
-                    log(f"{name} failed: {result.error}")
+                load = meter.stop()
+                if load is not None:
+                    result.other_cores, result.busy = round(load.other_cores, 2), load.busy
+                if failure is not None:
+                    message = f"{type(failure).__name__}: {failure}".splitlines()[0]
+                    if isinstance(failure, NoSteadyWindow) and result.busy:
+                        result.unmeasured = f"{failure}".splitlines()[0]  # the load's doing, not a failure
+                        log(f"{name}: not measured on a busy machine: {result.unmeasured}")
+                    else:
+                        result.error = message
+                        log(f"{name} failed: {result.error}")
+                if result.busy:
+                    log(f"{name}: other processes used {load.other_cores:.1f} of {load.cores} core(s) meanwhile")
                 result.seconds = time.monotonic() - started
                 self.results[name] = result
                 log(f"{name} done in {result.seconds:.0f} s")

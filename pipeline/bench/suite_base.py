@@ -36,6 +36,12 @@ class PartResult:
     details: dict[str, Any] = field(default_factory=dict)  # JSON only (lists, settings)
     error: str = ""
     seconds: float = 0.0
+    # What other processes used of the cores while the part ran (machine_load.LoadMeter):
+    # mean cores kept busy (None: not known), and whether that makes its figures suspect.
+    other_cores: float | None = None
+    busy: bool = False
+    # Why the part measured nothing (no steady window on a busy machine): not a failure.
+    unmeasured: str = ""
 
 
 class SuiteBase:

@@ -7,13 +7,21 @@ the suite runs real processes end to end and reports every figure it promises.
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
 
 import pytest
 
 from pipeline.bench import bench_command
 from pipeline.bench.figures import TARGET_RECORDS_PER_S
 from pipeline.bench.options import DEFAULT_PARTS, DEFAULT_SOAK_MINUTES, QUICK_SECONDS, parse_options
+from pipeline.bench.suite import Suite
+from pipeline.bench.trainer_run import NoSteadyWindow
 from pipeline.common.errors import UserError
+from pipeline.run.machine_load import allowed_cpus
 
 
 def _figures(path, part):
@@ -77,3 +85,51 @@ def test_part_selection_soak_only_when_asked():
     options, resolved = parse_options(["--only", "learner,raw", "--num-processes", "1", "--quick"])
     assert options.parts == ("learner", "raw") and resolved.config.num_processes == 1
     assert options.seconds == QUICK_SECONDS
+
+
+def _start_burner() -> int:
+    """A process spinning on the CPU that is not this process's descendant (a shell starts it
+    and exits, so it is re-parented): the bench must count it as other load, not its own."""
+    started = subprocess.run(
+        ["sh", "-c", f"'{sys.executable}' -c 'while True: pass' >/dev/null 2>&1 & echo $!"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return int(started.stdout.strip())
+
+
+def test_beside_cpu_burners_every_part_is_printed_busy_ones_flagged_and_json_written(tmp_path, capsys, monkeypatch):
+    """A busy machine: one burner per core this process may use. The measured parts are
+    flagged BUSY with their figures; a part with no steady window says so in its row and
+    is not a failure there; the JSON has every part. The evaluator part stands in for a
+    run that never settles (its real runs take minutes), spending a second beside the burners."""
+
+    def never_settles(self, result):
+        time.sleep(1.0)
+        raise NoSteadyWindow("evaluator: no steady window within 275 s (stopped: ran 275 s)")
+
+    monkeypatch.setattr(Suite, "part_evaluator", never_settles)
+    out = tmp_path / "bench.json"
+    pids = [_start_burner() for _ in allowed_cpus()]
+    try:
+        code = bench_command(["--quick", "--only", "raw,consolidator,evaluator", "--seconds", "2", "--json", str(out)])
+    finally:
+        for pid in pids:
+            os.kill(pid, signal.SIGKILL)
+    printed = capsys.readouterr().out
+    data = json.loads(out.read_text())
+    assert code == 0, data["parts"]
+    assert list(data["parts"]) == ["raw", "consolidator", "evaluator"]
+    assert data["busy_parts"] == ["raw", "consolidator", "evaluator"]
+    for part in ("raw", "consolidator"):
+        assert data["parts"][part]["busy"] and data["parts"][part]["other_cores"] > 0
+        assert data["parts"][part]["error"] is None and data["parts"][part]["figures"]
+    assert data["parts"]["evaluator"]["unmeasured"].startswith("evaluator: no steady window")
+    assert data["parts"]["evaluator"]["error"] is None
+    lines = printed.splitlines()
+    assert "measured beside other load: raw, consolidator, evaluator" in lines[0]
+    assert sum("other processes' CPU" in line and "BUSY" in line for line in lines) == 3
+    assert any("bare emulator frames/s" in line and "BUSY" in line for line in lines)
+    assert any(line.startswith("consolidator") and "records/s" in line for line in lines)
+    assert any(line.startswith("evaluator") and "NOT MEASURED" in line for line in lines)
