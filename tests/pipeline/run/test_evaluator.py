@@ -260,6 +260,10 @@ def test_with_a_max_lag_training_is_held_at_each_overdue_evaluation_and_never_by
         assert block.held or block.hold_frames == 2200  # (unless it started on it already)
         (first,) = wait_for_results(evaluator)
         assert first["frames"] == 1300 and block.hold_frames == 2200 and not block.held
+        # Its steps and seconds of evaluating, counted as they went (the bench's evaluator part).
+        progress = evaluator.progress()
+        assert progress["evaluator_steps"] >= first["mean_length"] > 0
+        assert progress["evaluator_eval_cpu_s"] > 0 and progress["evaluator_eval_wall_s"] > 0
         evaluator.stop(timeout_s=60)
         assert block.hold_frames == 0  # stopped: nothing to wait for
 
