@@ -135,17 +135,23 @@ class Config:
     DQN, SPR and BBF, a network that computes the same function when learning and acting
     (with BatchNorm the learner normalises by each batch, the acting copies by running
     statistics)."""
-    bn_calibration_states: int = 1024
+    bn_calibration_states: int = 256
     """Precise BN (Wu & Johnson 2021): before every publish and every target copy the
     online network's BatchNorm statistics are re-estimated with its current weights over
     this many uniform replay states, and left alone by the training forwards in between,
     so every eval-mode forward (acting copies, evaluator, target, Double-DQN argmax)
-    normalises as training does. 0 = PyTorch's running average of about the last ten
-    batches (momentum 0.1), which moved eval-mode Q-values by several action gaps."""
+    normalises as training does. 0 = a running average (bn_momentum), which moved the
+    eval-mode Q-values by several action gaps. 256 states gave the same steadiness as
+    1,024 at a quarter of the cost (docs/learning.md, "Steadiness")."""
     bn_momentum: float = 0.1
     """BatchNorm's running-average momentum for the online network's statistics when
     bn_calibration_states is 0 (PyTorch's 0.1 averages about the last ten batches; 0.01
     about the last hundred, with older weights)."""
+    acting_tau: float = 0.0
+    """The collectors, the evaluator, marks and play act with a moving average of the online
+    weights, acting += tau * (online - acting) after every update, its BatchNorm statistics
+    calibrated for its own weights at every publish (needs bn_calibration_states with
+    BatchNorm; BBF acts with such an average at 0.005). 0 = act with the online weights."""
     steadiness_interval_updates: int = 2000
     """Every this many learner updates (at a publish), the steadiness probe measures the
     published network on a fixed set of replay states: train/eval greedy agreement, churn
@@ -326,6 +332,7 @@ SAVED_BEFORE: dict[str, Any] = {
     "jump_retrigger": False,
     "bn_calibration_states": 0,
     "bn_momentum": 0.1,
+    "acting_tau": 0.0,
 }
 FIELD_TYPES: dict[str, str] = {f.name: str(f.type) for f in fields(Config)}
 

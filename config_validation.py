@@ -115,6 +115,15 @@ def validate(cfg: Any) -> None:
         "steadiness_interval_updates",
     ):
         non_negative(name)
+    if cfg.acting_tau > 0 and cfg.batch_norm and cfg.bn_calibration_states == 0:
+        problems.append(
+            _problem(
+                "acting_tau",
+                cfg.acting_tau,
+                "needs BatchNorm statistics calibrated for the averaged weights (bn_calibration_states > 0)",
+                "set bn_calibration_states=256, or acting_tau=0",
+            )
+        )
     if cfg.steadiness_probe_states < 2:
         problems.append(
             _problem("steadiness_probe_states", cfg.steadiness_probe_states, "must be >= 2", "use e.g. 1024")
@@ -162,6 +171,7 @@ def validate(cfg: Any) -> None:
         ("target_tau", "0.005"),
         ("reset_shrink", "0.8"),
         ("bn_momentum", "0.1"),
+        ("acting_tau", "0.005"),
         ("eval_epsilon", "0.05"),
     ):
         if not 0.0 <= getattr(cfg, name) <= 1.0:

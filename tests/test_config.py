@@ -80,6 +80,11 @@ def test_describe_lists_every_field_with_its_source():
         ({"advantage_learning": 1.0}, "advantage_learning", "[0, 1)"),
         ({"frontier_start_share": 1.0}, "frontier_start_share", "[0, 1)"),
         ({"frontier_start_share": 0.5}, "frontier_start_share", "Catch"),  # the tiny preset's env
+        ({"bn_calibration_states": -1}, "bn_calibration_states", ">= 0"),
+        ({"bn_momentum": 1.5}, "bn_momentum", "[0, 1]"),
+        ({"steadiness_probe_states": 1}, "steadiness_probe_states", ">= 2"),
+        ({"steadiness_interval_updates": -1}, "steadiness_interval_updates", ">= 0"),
+        ({"acting_tau": 0.005, "bn_calibration_states": 0}, "acting_tau", "bn_calibration_states"),
         (
             {"frontier_start_share": 0.5, "env_id": "SuperMarioBrosRandomStages-v0"},
             "frontier_start_share",

@@ -109,3 +109,56 @@ def test_the_checker_catches_a_wrong_way_import(tmp_path):
     assert any("must not use torch" in p for p in found)
     assert any("imports pipeline.learning" in p and "transport may not import learning" in p for p in found)
     assert not any("imports pipeline.transport.bad" in p for p in found)
+
+
+def project_modules(root: Path = ROOT) -> dict[str, Path]:
+    """Every module of the project by its dotted name (packages by their ``__init__``)."""
+    found = {}
+    for path in sorted(root.glob("*.py")) + sorted(
+        p for package in ("pipeline", "envs", "models") for p in (root / package).rglob("*.py")
+    ):
+        parts = path.relative_to(root).with_suffix("").parts
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        found[name] = path
+    return found
+
+
+def import_cycles(root: Path = ROOT) -> list[list[str]]:
+    """Cycles of module imports, type-checking and function-level imports included."""
+    modules = project_modules(root)
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        targets = set()
+        for _, module in imported_modules(path, root):
+            while module and module not in modules:  # `from pkg.mod import name` -> pkg.mod
+                module = module.rpartition(".")[0]
+            if module and module != name and not name.startswith(module + "."):
+                targets.add(module)  # a module importing its own package is not a cycle
+        graph[name] = targets
+    cycles, state = [], dict.fromkeys(graph, 0)  # 0 new, 1 on the path, 2 done
+
+    def visit(node: str, path: list[str]) -> None:
+        state[node] = 1
+        for target in sorted(graph[node]):
+            if state[target] == 1:
+                cycles.append([*path[path.index(target) :], target])
+            elif state[target] == 0:
+                visit(target, [*path, target])
+        state[node] = 2
+
+    for node in sorted(graph):
+        if state[node] == 0:
+            visit(node, [node])
+    return cycles
+
+
+def test_no_module_imports_one_that_imports_it_back():
+    assert import_cycles() == []
+
+
+def test_the_cycle_checker_finds_a_type_checking_cycle(tmp_path):
+    (tmp_path / "models").mkdir()
+    (tmp_path / "models" / "__init__.py").write_text("")
+    (tmp_path / "a.py").write_text("import b\n")
+    (tmp_path / "b.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from a import x\n")
+    assert import_cycles(tmp_path) == [["a", "b", "a"]]

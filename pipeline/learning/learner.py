@@ -30,12 +30,16 @@ the online net's running statistics are frozen between calibrations (momentum 0)
 uniform replay states ("precise BN") before every target copy, and, called by the trainer,
 before every publish. Every eval-mode forward (the target, the Double-DQN argmax, the
 acting copies, the evaluator) then normalises with statistics of the weights it runs,
-not with an average of the last ten batches (0: PyTorch's momentum 0.1, as before).
+not with an average of the last ten batches (0: a running average, ``bn_momentum``).
+
+With ``acting_tau`` the published weights are an :class:`~pipeline.learning.acting_copy.ActingCopy`,
+a moving average of the online ones with statistics calibrated for its own weights.
 
 BatchNorm modes (why):
 
 * The online net is in **train** mode for the loss forward on ``s``: batch statistics
-  are what BatchNorm is trained with, and that forward advances the running statistics.
+  are what BatchNorm is trained with, and that forward advances the running statistics
+  (unless they are frozen for calibration).
 * The target net is always in **eval** mode: its running statistics are a frozen copy
   from the last sync, so targets do not depend on which samples share the batch.
 * The online net's next-state argmax runs in **eval** mode (running statistics, no
@@ -49,14 +53,10 @@ Known limitation: samples with weight 0 do not contribute to the loss or, throug
 loss, to the gradient, but their observations still enter BatchNorm's batch statistics
 of the train-mode forward. Invalid rows must hold finite values (``0 * inf`` is NaN).
 
-``torch.compile`` (``settings.compile``) compiles the two pure tensor functions (target
-computation and loss forward; AOTAutograd compiles the backward too); the optimizer
-step stays eager. Compilation happens at the first update, which ``warmup`` runs on
-random data (both in :mod:`~pipeline.learning.learner_compile`). If it fails the learner
-restores its state, emits exactly one ``CompileFallbackWarning`` naming the error, and
-continues in eager mode; a failure caused by Ctrl-C is raised as ``KeyboardInterrupt``.
-``settings.compile_backend`` picks the backend; an unknown name is the honest way to
-exercise the fallback in tests.
+``torch.compile`` (``settings.compile``) compiles the target computation and the loss
+forward (and so its backward) at the first update, which ``warmup`` runs on random data;
+a failure falls back to eager with one ``CompileFallbackWarning``
+(:mod:`~pipeline.learning.learner_compile`).
 
 Mixed precision (``settings.amp``): bf16 autocast on CPU; on CUDA bf16 when supported,
 else fp16 with a ``GradScaler``. Autocast covers the loss's forward and backward, the bulk
@@ -73,14 +73,14 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from models import QNetwork
+from pipeline.learning.acting_copy import ActingCopy
 from pipeline.learning.augment import random_shift
 from pipeline.learning.batchnorm_stats import batch_norm_layers, freeze_running_statistics, recalibrate, set_momentum
 
@@ -88,6 +88,10 @@ from pipeline.learning.batchnorm_stats import batch_norm_layers, freeze_running_
 # tests import it from here.
 from pipeline.learning.learner_compile import CompileFallbackWarning as CompileFallbackWarning
 from pipeline.learning.learner_compile import first_compiled_update, warm_up
+from pipeline.learning.learner_device import BatchLike, batch_to_device, pick_amp_dtype, resolve_device, to_device
+
+# LearnerSettings is re-exported (``X as X``): it was defined here, and callers import it from here.
+from pipeline.learning.learner_settings import LearnerSettings as LearnerSettings
 
 __all__ = [
     "BatchLike",
@@ -98,103 +102,8 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-_BATCH_FIELDS: tuple[str, ...] = (
-    "obs",
-    "action",
-    "ret",
-    "next_obs",
-    "discount",
-    "weight",
-    "prev_action",
-    "next_prev_action",
-)
 # Order of the per-update statistics kept in ``Learner._metric_sums``.
 _LOSS, _TD_ABS, _Q_SUM, _WEIGHT, _GRAD_NORM = range(5)
-
-
-class BatchLike(Protocol):
-    """What ``Learner.update`` reads from a replay batch (see ``pipeline/learning/replay.py``)."""
-
-    obs: torch.Tensor  # uint8 [B, S, 84, 84]
-    action: torch.Tensor  # int64 [B]
-    ret: torch.Tensor  # float32 [B], n-step discounted reward sum
-    next_obs: torch.Tensor  # uint8 [B, S, 84, 84]
-    discount: torch.Tensor  # float32 [B], gamma**k or 0 when terminated
-    weight: torch.Tensor  # float32 [B], 1 valid / 0 invalid
-    prev_action: torch.Tensor | None  # int64 [B] action before obs (num_actions = none), or None
-    next_prev_action: torch.Tensor | None  # the same for next_obs
-
-
-@dataclass
-class LearnerSettings:
-    """Plain learner settings, filled from the project Config by the caller."""
-
-    learning_rate: float = 1e-4
-    adam_eps: float = 1.5e-4
-    grad_clip: float = 10.0
-    grad_accum: int = 1
-    target_sync_updates: int = 2000
-    dueling: bool = True
-    frame_stack: int = 4
-    prev_action_input: bool = False  # the network also sees the previous action (QNetwork)
-    batch_norm: bool = True  # BatchNorm after every conv (QNetwork)
-    augment_pad: int = 0  # random-shift augmentation of obs and next_obs (pixels; 0 = off)
-    target_tau: float = 0.0  # moving-average target per update (0 = copy every target_sync_updates)
-    advantage_learning: float = 0.0  # alpha of the advantage-learning target (0 = plain Double DQN)
-    reset_interval: int = 0  # shrink-and-perturb the online net every this many updates (0 = never)
-    reset_shrink: float = 0.8  # kept fraction of the weights at a reset; the rest is a fresh init
-    bn_calibration_states: int = 0  # precise BN over this many replay states (0 = the running average)
-    bn_momentum: float = 0.1  # the running average's momentum when bn_calibration_states is 0
-    calibration_chunk: int = 32  # states per calibration forward: the training batch size
-    compile: bool = True
-    amp: bool = True
-    device: str = "cpu"
-    compile_backend: str = "inductor"
-    compile_mode: str | None = None  # torch.compile mode, e.g. "max-autotune"; None = default
-
-    @classmethod
-    def from_config(cls, cfg: Any, *, compile: bool, amp: bool, device: str) -> LearnerSettings:
-        """The learner's part of a run's :class:`config.Config`; compile/amp as decided for the machine."""
-        return cls(
-            learning_rate=cfg.learning_rate,
-            adam_eps=cfg.adam_eps,
-            grad_clip=cfg.grad_clip,
-            grad_accum=cfg.grad_accum,
-            target_sync_updates=cfg.target_sync_updates,
-            dueling=cfg.dueling,
-            frame_stack=cfg.frame_stack,
-            prev_action_input=cfg.prev_action_input,
-            batch_norm=cfg.batch_norm,
-            augment_pad=cfg.augment_shift,
-            target_tau=cfg.target_tau,
-            advantage_learning=cfg.advantage_learning,
-            reset_interval=cfg.reset_interval_updates,
-            reset_shrink=cfg.reset_shrink,
-            bn_calibration_states=cfg.bn_calibration_states,
-            bn_momentum=cfg.bn_momentum,
-            calibration_chunk=cfg.batch_size // cfg.grad_accum,
-            compile=compile,
-            amp=amp,
-            device=device,
-        )
-
-
-def _resolve_device(name: str) -> torch.device:
-    device = torch.device(name)
-    # Tensors report "cuda:0", never "cuda": pin the index so device comparisons work.
-    if device.type == "cuda" and device.index is None:
-        device = torch.device("cuda", torch.cuda.current_device())
-    return device
-
-
-def _pick_amp_dtype(device: torch.device, enabled: bool) -> torch.dtype | None:
-    if not enabled:
-        return None
-    if device.type == "cpu":
-        return torch.bfloat16
-    if device.type == "cuda":
-        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
-    return None  # other backends: no autocast rather than an untested one
 
 
 class Learner:
@@ -207,7 +116,7 @@ class Learner:
             raise ValueError(f"target_sync_updates must be >= 1, got {settings.target_sync_updates}")
         self.settings = settings
         self.num_actions = num_actions
-        self.device: torch.device = _resolve_device(settings.device)
+        self.device: torch.device = resolve_device(settings.device)
 
         # channels_last activations: faster convs at training batch sizes (see QNetwork).
         self.online: nn.Module = self._network(channels_last=True)
@@ -228,7 +137,7 @@ class Learner:
             eps=settings.adam_eps,
             fused=self.device.type in ("cpu", "cuda"),
         )
-        self.amp_dtype: torch.dtype | None = _pick_amp_dtype(self.device, settings.amp)
+        self.amp_dtype: torch.dtype | None = pick_amp_dtype(self.device, settings.amp)
         # bf16 has fp32's exponent range, so only fp16 needs loss scaling.
         self.scaler: torch.amp.GradScaler | None = (
             torch.amp.GradScaler("cuda") if self.amp_dtype == torch.float16 else None
@@ -257,6 +166,8 @@ class Learner:
             freeze_running_statistics(self.online)
         else:
             set_momentum(self.online, settings.bn_momentum)
+        # What the collectors and the evaluator play: the online net, or an average of it.
+        self.acting: ActingCopy | None = ActingCopy(self.online, settings.acting_tau) if settings.acting_tau else None
 
     # ------------------------------------------------------------------ public API
 
@@ -276,7 +187,7 @@ class Learner:
         return self._update_step(*tensors)
 
     def augmented(self, tensors: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]:
-        """The device batch (the fields of ``_BATCH_FIELDS``, in order) with ``obs`` and
+        """The device batch (the fields of ``BATCH_FIELDS``, in order) with ``obs`` and
         ``next_obs`` shifted by offsets of their own (unchanged when ``augment_pad`` is 0)."""
         pad = self.settings.augment_pad
         if not pad:
@@ -339,15 +250,21 @@ class Learner:
         finally:
             self.online.train(was_training)
 
+    @property
+    def published_net(self) -> nn.Module:
+        """The network whose weights are published: the acting copy, or the online net."""
+        return self.acting.net if self.acting is not None else self.online
+
     def publishable_state(self) -> dict[str, torch.Tensor]:
-        """The full online ``state_dict`` (BatchNorm buffers too) as CPU float32 copies.
+        """The full ``state_dict`` of :attr:`published_net` (BatchNorm buffers too) as CPU
+        float32 copies.
 
         ``num_batches_tracked`` becomes float32 as well (exact below 2**24 updates; BN
         ignores it when a momentum is set); ``load_state_dict`` casts it back.
         """
         return {
             name: value.detach().to(device="cpu", dtype=torch.float32, copy=True)
-            for name, value in self.online.state_dict().items()
+            for name, value in self.published_net.state_dict().items()
         }
 
     def sync_target(self) -> None:
@@ -358,7 +275,8 @@ class Learner:
 
     def calibrate(self) -> bool:
         """Re-estimate the online net's BatchNorm statistics over ``bn_calibration_states``
-        states from :attr:`calibration_source` (precise BN), at most once per update count.
+        states from :attr:`calibration_source` (precise BN), at most once per update count;
+        the acting copy's too, with its own weights, on the same states.
 
         Returns whether it did; without the setting, a source or BatchNorm it does nothing.
         """
@@ -375,7 +293,10 @@ class Learner:
             prevs: list[torch.Tensor | None] = [None] * len(obs.split(chunk))
         else:
             prevs = list(self._to_device(prev).long().clamp(max=self.num_actions).split(chunk))
-        recalibrate(self.online, zip(obs.split(chunk), prevs))
+        chunks = list(zip(obs.split(chunk), prevs))
+        recalibrate(self.online, chunks)
+        if self.acting is not None:
+            self.acting.calibrate(chunks)
         self.calibrated_at = self.updates
         return True
 
@@ -407,6 +328,7 @@ class Learner:
             "optimizer": self.optimizer.state_dict(),
             "scaler": self.scaler.state_dict() if self.scaler is not None else None,
             "updates": self.updates,
+            "acting": self.acting.state_dict() if self.acting is not None else None,
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -417,6 +339,8 @@ class Learner:
         if self.scaler is not None and state.get("scaler"):
             self.scaler.load_state_dict(state["scaler"])
         self.updates = int(state["updates"])
+        if self.acting is not None:  # a checkpoint without one starts the average at the online net
+            self.acting.load_state_dict(state.get("acting") or state["online"])
 
     # ------------------------------------------------------------------ the step
 
@@ -470,6 +394,8 @@ class Learner:
             torch._foreach_lerp_(self._target_floats, self._online_floats, self.settings.target_tau)
         elif self.updates % self.settings.target_sync_updates == 0:
             self.sync_target()
+        if self.acting is not None:
+            self.acting.follow()
         if self.settings.reset_interval and self.updates % self.settings.reset_interval == 0:
             self.shrink_and_perturb()
         return td_errors[0] if len(td_errors) == 1 else torch.cat(td_errors)
@@ -562,28 +488,7 @@ class Learner:
         )
 
     def _batch_to_device(self, batch: BatchLike) -> tuple[torch.Tensor, ...]:
-        obs, action, ret, next_obs, discount, weight = (
-            self._to_device(getattr(batch, name)) for name in _BATCH_FIELDS[:6]
-        )
-        none = self.num_actions  # "no previous action"; a batch built by hand may leave them out
-        prev, next_prev = (
-            torch.full_like(action, none, dtype=torch.int64)
-            if getattr(batch, name, None) is None
-            else self._to_device(getattr(batch, name)).long().clamp(max=none)
-            for name in _BATCH_FIELDS[6:]
-        )
-        # gather() needs int64 indices; .long() is a no-op for the replay's int64 actions.
-        return obs, action.long(), ret, next_obs, discount, weight, prev, next_prev
+        return batch_to_device(batch, self.device, self.num_actions)
 
     def _to_device(self, tensor: torch.Tensor) -> torch.Tensor:
-        if not isinstance(tensor, torch.Tensor):
-            tensor = torch.as_tensor(tensor)
-        if tensor.device == self.device:
-            return tensor  # CPU learner on a CPU batch: no copy
-        if self.device.type == "cuda" and tensor.device.type == "cpu":
-            # Pinned memory makes the copy asynchronous; the caching host allocator keeps
-            # the pinned block alive until the copy has finished.
-            if not tensor.is_pinned():
-                tensor = tensor.pin_memory()
-            return tensor.to(self.device, non_blocking=True)
-        return tensor.to(self.device)
+        return to_device(tensor, self.device)

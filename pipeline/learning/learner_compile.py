@@ -24,14 +24,51 @@ import subprocess
 import time
 import warnings
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import torch
+from torch import nn
 
 from pipeline.learning.replay import Batch
 
-if TYPE_CHECKING:  # learner imports this module: a run-time import would be circular
-    from pipeline.learning.learner import Learner, LearnerSettings
+
+class CompileSettings(Protocol):
+    """The learner settings compiling reads."""
+
+    compile_backend: str
+    compile_mode: str | None
+    frame_stack: int
+
+
+class Learner(Protocol):
+    """What compiling and warming up touch of a :class:`pipeline.learning.learner.Learner`.
+
+    A protocol rather than an import: the learner imports this module, and imports point
+    one way (not even a type-checking import back).
+    """
+
+    settings: CompileSettings
+    num_actions: int
+    device: torch.device
+    amp_dtype: torch.dtype | None
+    compiled: bool
+    updates: int
+    online: nn.Module
+    target: nn.Module
+    acting: Any  # an ActingCopy or None
+    optimizer: torch.optim.Optimizer
+    scaler: torch.amp.GradScaler | None
+    _compile_pending: bool
+    _targets_fn: Callable[..., torch.Tensor]
+    _loss_fn: Callable[..., tuple[torch.Tensor, torch.Tensor, torch.Tensor]]
+    _metric_sums: torch.Tensor
+    _metric_updates: int
+
+    def update(self, batch: Any) -> torch.Tensor: ...
+    def _update_step(self, *tensors: torch.Tensor) -> torch.Tensor: ...
+    def _targets_impl(self, *tensors: torch.Tensor) -> torch.Tensor: ...
+    def _loss_impl(self, *tensors: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]: ...
+
 
 logger = logging.getLogger("pipeline.learning.learner")
 
@@ -74,7 +111,7 @@ def caused_by_interrupt(exc: BaseException) -> bool:
     return False
 
 
-def compiled(fn: Callable[..., Any], settings: LearnerSettings) -> Callable[..., Any]:
+def compiled(fn: Callable[..., Any], settings: CompileSettings) -> Callable[..., Any]:
     # dynamic=False: batch shapes are fixed in training; static-shape kernels are
     # faster, and a different micro-batch size just gets its own graph.
     return torch.compile(fn, backend=settings.compile_backend, mode=settings.compile_mode, dynamic=False)
@@ -160,6 +197,7 @@ def snapshot_state(learner: Learner) -> dict[str, Any]:
         "updates": learner.updates,
         "metric_sums": learner._metric_sums.clone(),
         "metric_updates": learner._metric_updates,
+        "acting": clone_tensors(learner.acting.state_dict()) if learner.acting is not None else None,
     }
 
 
@@ -174,4 +212,6 @@ def restore_state(learner: Learner, snapshot: dict[str, Any]) -> None:
     learner.updates = snapshot["updates"]
     learner._metric_sums.copy_(snapshot["metric_sums"])
     learner._metric_updates = snapshot["metric_updates"]
+    if learner.acting is not None:
+        learner.acting.load_state_dict(snapshot["acting"])
     learner.optimizer.zero_grad(set_to_none=True)

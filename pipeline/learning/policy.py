@@ -62,7 +62,8 @@ class Policy:
     """A Q-network ready to act, and the env settings of the run that trained it.
 
     Attributes:
-        model: CPU ``QNetwork`` in eval mode with the checkpoint's online weights.
+        model: CPU ``QNetwork`` in eval mode with the checkpoint's acting weights: the
+            acting copy of a run with ``acting_tau``, else the online network.
         num_actions: size of its action set.
         frame_stack: frames per observation.
         config: the run's :class:`config.Config` (fields the checkpoint lacks take today's
@@ -169,7 +170,8 @@ def load_policy(path: str | os.PathLike[str], env_id: str | None = None) -> Poli
             f"{message}; pass another checkpoint, e.g. an older ckpt-<frames>.pt of the same run"
         ) from None
     try:
-        online = payload["learner"]["online"]
+        # The weights the run acted with: its acting copy (acting_tau) when it had one.
+        online = payload["learner"].get("acting") or payload["learner"]["online"]
         config = Config.from_dict(dict(payload["config"]))
         num_actions = int(payload["num_actions"])
     except (KeyError, TypeError, ValueError) as exc:

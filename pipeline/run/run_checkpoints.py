@@ -137,10 +137,15 @@ def mark_name(frames: int) -> str:
 
 
 def mark_payload(learner: Learner, totals: Mapping[CounterKey, int], cfg: Config, num_actions: int) -> dict[str, Any]:
-    """What :func:`~pipeline.learning.policy.load_policy` needs: the online net (cloned,
-    so updates going on meanwhile cannot tear it), the counters, config and action count."""
+    """What :func:`~pipeline.learning.policy.load_policy` needs: the online net and the
+    acting copy when there is one (cloned, so updates going on meanwhile cannot tear
+    them), the counters, config and action count."""
+    acting = learner.acting
     return {
-        "learner": {"online": cloned(learner.online.state_dict())},
+        "learner": {
+            "online": cloned(learner.online.state_dict()),
+            "acting": cloned(acting.state_dict()) if acting is not None else None,
+        },
         "counters": dict(totals),
         "config": cfg.to_dict(),
         "num_actions": num_actions,

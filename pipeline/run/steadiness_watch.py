@@ -94,12 +94,12 @@ class SteadinessWatch:
         if self._next_due is None:  # the first due point after this run's first update
             self._next_due = (updates // self.interval + 1) * self.interval
         if updates >= self._next_due:
-            self.figures = self._probe().measure(self.learner.online)
+            self.figures = self._probe().measure(self.learner.published_net)
             self.measurements += 1
             self._next_due = (updates // self.interval + 1) * self.interval
             return True
         if updates + self.publish_every >= self._next_due:
-            self._probe().remember(self.learner.online)
+            self._probe().remember(self.learner.published_net)
         return False
 
     def gauges(self) -> dict[str, float]:

@@ -99,12 +99,12 @@ def states_like_replay(count: int, seed: int) -> torch.Tensor:
     return frames.clamp(0, 255).to(torch.uint8)
 
 
-def batch_of(obs: torch.Tensor, seed: int) -> Batch:
+def batch_of(obs: torch.Tensor, seed: int, num_actions: int = NUM_ACTIONS) -> Batch:
     gen = torch.Generator().manual_seed(seed)
     size = obs.shape[0]
     return Batch(
         obs=obs,
-        action=torch.randint(0, NUM_ACTIONS, (size,), generator=gen),
+        action=torch.randint(0, num_actions, (size,), generator=gen),
         ret=torch.rand(size, generator=gen),
         next_obs=states_like_replay(size, seed + 1000),
         discount=torch.full((size,), 0.99**3),

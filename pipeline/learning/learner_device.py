@@ -1,0 +1,90 @@
+"""Where the learner runs: its device, its autocast dtype, and batches moved onto it.
+
+:func:`batch_to_device` moves a replay batch (:class:`BatchLike`) to the learner's device
+once per update: pinned and non-blocking when the learner is on CUDA and the batch on the
+CPU, no copy at all when both are on the CPU. A batch built by hand may leave the
+previous actions out; they then read "none" (``num_actions``) for every sample.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import torch
+
+__all__ = ["BATCH_FIELDS", "BatchLike", "batch_to_device", "pick_amp_dtype", "resolve_device", "to_device"]
+
+BATCH_FIELDS: tuple[str, ...] = (
+    "obs",
+    "action",
+    "ret",
+    "next_obs",
+    "discount",
+    "weight",
+    "prev_action",
+    "next_prev_action",
+)
+
+
+class BatchLike(Protocol):
+    """What ``Learner.update`` reads from a replay batch (see ``pipeline/learning/replay.py``)."""
+
+    obs: torch.Tensor  # uint8 [B, S, 84, 84]
+    action: torch.Tensor  # int64 [B]
+    ret: torch.Tensor  # float32 [B], n-step discounted reward sum
+    next_obs: torch.Tensor  # uint8 [B, S, 84, 84]
+    discount: torch.Tensor  # float32 [B], gamma**k or 0 when terminated
+    weight: torch.Tensor  # float32 [B], 1 valid / 0 invalid
+    prev_action: torch.Tensor | None  # int64 [B] action before obs (num_actions = none), or None
+    next_prev_action: torch.Tensor | None  # the same for next_obs
+
+
+def resolve_device(name: str) -> torch.device:
+    """``name`` as a device, with CUDA's index pinned."""
+    device = torch.device(name)
+    # Tensors report "cuda:0", never "cuda": pin the index so device comparisons work.
+    if device.type == "cuda" and device.index is None:
+        device = torch.device("cuda", torch.cuda.current_device())
+    return device
+
+
+def pick_amp_dtype(device: torch.device, enabled: bool) -> torch.dtype | None:
+    """The autocast dtype of a learner on ``device`` (None: no autocast)."""
+    if not enabled:
+        return None
+    if device.type == "cpu":
+        return torch.bfloat16
+    if device.type == "cuda":
+        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+    return None  # other backends: no autocast rather than an untested one
+
+
+def to_device(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """``tensor`` on ``device`` (the same tensor when it is there already)."""
+    if not isinstance(tensor, torch.Tensor):
+        tensor = torch.as_tensor(tensor)
+    if tensor.device == device:
+        return tensor  # CPU learner on a CPU batch: no copy
+    if device.type == "cuda" and tensor.device.type == "cpu":
+        # Pinned memory makes the copy asynchronous; the caching host allocator keeps
+        # the pinned block alive until the copy has finished.
+        if not tensor.is_pinned():
+            tensor = tensor.pin_memory()
+        return tensor.to(device, non_blocking=True)
+    return tensor.to(device)
+
+
+def batch_to_device(batch: BatchLike, device: torch.device, num_actions: int) -> tuple[torch.Tensor, ...]:
+    """The batch's fields (:data:`BATCH_FIELDS`, in order) on ``device``; actions int64."""
+    obs, action, ret, next_obs, discount, weight = (
+        to_device(getattr(batch, name), device) for name in BATCH_FIELDS[:6]
+    )
+    none = num_actions  # "no previous action"; a batch built by hand may leave them out
+    prev, next_prev = (
+        torch.full_like(action, none, dtype=torch.int64)
+        if getattr(batch, name, None) is None
+        else to_device(getattr(batch, name), device).long().clamp(max=none)
+        for name in BATCH_FIELDS[6:]
+    )
+    # gather() needs int64 indices; .long() is a no-op for the replay's int64 actions.
+    return obs, action.long(), ret, next_obs, discount, weight, prev, next_prev
