@@ -171,7 +171,9 @@ FIGURES: dict[str, dict[str, FigureSpec]] = {
     },
     "evaluator": {
         "frames_per_s_without": _spec(
-            "frames/s without evaluator", "{:,.0f}", "training, mean of the runs before and after"
+            "frames/s without evaluator",
+            "{:,.0f}",
+            "training, mean of the runs before and after (--quick: the training part's run)",
         ),
         "frames_per_s_with": _spec("frames/s with evaluator", "{:,.0f}", "training, evaluator evaluating back to back"),
         "frames_ratio": _spec("frames/s with / without", "{:.3f}", "worst case: evaluating back to back"),

@@ -3,8 +3,9 @@
 What training costs and how it holds up: ``Learner.update`` alone per compile/AMP
 variant (``learner``, timed by :mod:`~pipeline.learning.learner_speed`); the whole system
 training (``training``; ``startup`` reads the same run's start-up times); the
-in-training evaluator's cost, a run with it between two runs without (``evaluator``);
-and a long run once the replay is full (``soak``, figures by :mod:`~pipeline.bench.soak`).
+in-training evaluator's cost, a run with it between two runs without (``evaluator``;
+with --quick, beside the training part's run); and a long run once the replay is full
+(``soak``, figures by :mod:`~pipeline.bench.soak`).
 """
 
 from __future__ import annotations
@@ -198,12 +199,18 @@ class TrainingParts(SuiteBase):
     def part_evaluator(self, result: PartResult) -> None:
         seconds = self.seconds if self.options.quick else max(self.seconds, EVALUATOR_MIN_WINDOW_S)
         f = result.figures
-        before = self._training_window("no-evaluator", window_s=seconds)["window"]
+        # --quick compares with the training part's run (no evaluator, the same window)
+        # instead of bracketing the evaluator's run with two runs of its own: a smoke run
+        # that takes one training run's start-up instead of three.
+        quick = self.options.quick
+        before = (
+            self._train_run()["window"] if quick else self._training_window("no-evaluator", window_s=seconds)["window"]
+        )
         f["frames_per_s_without"] = before["frames_per_s"]  # the mean of both once the third run is in
         with_evaluator = self._training_window(
             "evaluator", eval_interval_frames=EVALUATOR_BACK_TO_BACK_FRAMES, window_s=seconds
         )["window"]
-        after = self._training_window("no-evaluator-again", window_s=seconds)["window"]
+        after = before if quick else self._training_window("no-evaluator-again", window_s=seconds)["window"]
         f["frames_per_s_without"] = (before["frames_per_s"] + after["frames_per_s"]) / 2
         f["frames_per_s_with"] = with_evaluator["frames_per_s"]
         f["frames_ratio"] = f["frames_per_s_with"] / f["frames_per_s_without"]
