@@ -51,7 +51,6 @@ from pathlib import Path
 from config import Config
 from pipeline.learning.checkpoint import CheckpointError
 from pipeline.learning.flat_state import flatten_state
-from pipeline.learning.steadiness import SteadinessFigures
 from pipeline.run.collection import CollectionBackend
 from pipeline.run.consolidator import Consolidator
 from pipeline.run.evaluations import Evaluations
@@ -158,7 +157,9 @@ class Trainer(TrainerLifecycle):
     def _publish(self) -> None:
         assert self.weights is not None
         t = time.perf_counter_ns()
-        if self.learner.updates > 0:  # the initial weights have nothing to re-estimate on yet
+        # Re-estimating needs replay states: a new run's first publish, or a resumed run's
+        # whose replay was not restored, keeps the statistics it has (its checkpoint's).
+        if self.replay.can_sample(self.cfg.batch_size):
             self.learner.calibrate()  # precise BN: the statistics the acting copies will use
             if self.steadiness is not None:
                 t_probe = time.perf_counter_ns()
@@ -303,7 +304,7 @@ class Trainer(TrainerLifecycle):
     # -- monitor snapshot -----------------------------------------------------------------
     def snapshot(self) -> Snapshot:
         assert self.ring is not None and self.weights is not None and self.supervisor is not None
-        assert self.consolidator is not None
+        assert self.consolidator is not None and self.steadiness is not None
         self._collector_totals()
         slots = copy_slot_counters(self.ring)
         slots_of = [self._slots_of(i) for i in range(self.num_collectors)]
@@ -328,7 +329,7 @@ class Trainer(TrainerLifecycle):
             frames=float(self.total("frames")),
         )
         gauges.update(self.evaluations.gauges())
-        gauges.update(self.steadiness.gauges() if self.steadiness is not None else SteadinessFigures().gauges())
+        gauges.update(self.steadiness.gauges())
         gauges.update(process_gauges(collectors, self.device))
         if self.collection is not None:
             gauges.update(self.collection.gauges())
