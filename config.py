@@ -147,6 +147,12 @@ class Config:
     """BatchNorm's running-average momentum for the online network's statistics when
     bn_calibration_states is 0 (PyTorch's 0.1 averages about the last ten batches; 0.01
     about the last hundred, with older weights)."""
+    batch_renorm: bool = False
+    """Batch Renormalization (Ioffe 2017; CrossQ's normalisation) in the learner's online
+    network: its training forward keeps each batch's statistics in the gradient but
+    computes, in value, the eval-mode output with the calibrated statistics, so training
+    fits the function the acting copies play (needs batch_norm and bn_calibration_states;
+    plain BatchNorm until the first calibration)."""
     acting_tau: float = 0.0
     """The collectors, the evaluator, marks and play act with a moving average of the online
     weights, acting += tau * (online - acting) after every update, its BatchNorm statistics
@@ -333,6 +339,7 @@ SAVED_BEFORE: dict[str, Any] = {
     "bn_calibration_states": 0,
     "bn_momentum": 0.1,
     "acting_tau": 0.0,
+    "batch_renorm": False,
 }
 FIELD_TYPES: dict[str, str] = {f.name: str(f.type) for f in fields(Config)}
 

@@ -124,6 +124,15 @@ def validate(cfg: Any) -> None:
                 "set bn_calibration_states=256, or acting_tau=0",
             )
         )
+    if cfg.batch_renorm and not (cfg.batch_norm and cfg.bn_calibration_states > 0):
+        problems.append(
+            _problem(
+                "batch_renorm",
+                cfg.batch_renorm,
+                "renormalises to calibrated BatchNorm statistics (needs batch_norm and bn_calibration_states > 0)",
+                "set batch_norm=true and bn_calibration_states=256, or batch_renorm=false",
+            )
+        )
     if cfg.steadiness_probe_states < 2:
         problems.append(
             _problem("steadiness_probe_states", cfg.steadiness_probe_states, "must be >= 2", "use e.g. 1024")

@@ -30,6 +30,10 @@ computes the same function in train and eval mode. With BatchNorm the learner no
 with each batch's statistics and the acting copies with the running ones, and the two
 disagree on the greedy action of some states (docs/learning.md).
 
+Batch Renormalization (``batch_renorm=True``, ``models/batch_renorm.py``): the learner's
+train-mode forward keeps the batch statistics in the gradient but computes, in value, the
+eval-mode output, so the function trained is the one acted with.
+
 Previous action (``prev_action_input``): four stacked frames show Mario's position and
 speed but not whether A is already held, which decides whether right+A starts a jump.
 With the option on, ``forward`` also takes the previous agent step's action (int64
@@ -46,6 +50,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from models.batch_renorm import BatchRenorm2d
+
 __all__ = ["QNetwork", "build_qnetwork"]
 
 # Spatial size after the three convs on an 84x84 input: 84 -> 20 -> 9 -> 7.
@@ -53,13 +59,15 @@ _TRUNK_OUT_FEATURES: int = 64 * 7 * 7
 _HIDDEN: int = 512
 
 
-def _conv(in_channels: int, out_channels: int, kernel: int, stride: int, batch_norm: bool) -> list[nn.Module]:
+def _conv(
+    in_channels: int, out_channels: int, kernel: int, stride: int, batch_norm: bool, batch_renorm: bool
+) -> list[nn.Module]:
     if not batch_norm:
         return [nn.Conv2d(in_channels, out_channels, kernel_size=kernel, stride=stride), nn.ReLU(inplace=True)]
     # bias=False: the following BatchNorm's shift makes a conv bias redundant.
     return [
         nn.Conv2d(in_channels, out_channels, kernel_size=kernel, stride=stride, bias=False),
-        nn.BatchNorm2d(out_channels),
+        BatchRenorm2d(out_channels) if batch_renorm else nn.BatchNorm2d(out_channels),
         nn.ReLU(inplace=True),
     ]
 
@@ -78,6 +86,9 @@ class QNetwork(nn.Module):
             activations change layout; the weights (and so state_dicts) stay contiguous.
         prev_action_input: also take the previous agent step's action (see the module docstring).
         batch_norm: BatchNorm2d after every conv (default); off, biased convs instead.
+        batch_renorm: with batch_norm, Batch Renormalization's training forward
+            (``models/batch_renorm.py``). Only the learner's online net needs it: the eval
+            mode and the state dict are BatchNorm2d's, so acting copies leave it off.
     """
 
     def __init__(
@@ -89,6 +100,7 @@ class QNetwork(nn.Module):
         channels_last: bool = False,
         prev_action_input: bool = False,
         batch_norm: bool = True,
+        batch_renorm: bool = False,
     ) -> None:
         super().__init__()
         if num_actions < 1:
@@ -101,11 +113,12 @@ class QNetwork(nn.Module):
         self.channels_last = channels_last
         self.prev_action_input = prev_action_input
         self.batch_norm = batch_norm
+        self.batch_renorm = batch_norm and batch_renorm
 
         self.features = nn.Sequential(
-            *_conv(frame_stack, 32, 8, 4, batch_norm),
-            *_conv(32, 64, 4, 2, batch_norm),
-            *_conv(64, 64, 3, 1, batch_norm),
+            *_conv(frame_stack, 32, 8, 4, batch_norm, batch_renorm),
+            *_conv(32, 64, 4, 2, batch_norm, batch_renorm),
+            *_conv(64, 64, 3, 1, batch_norm, batch_renorm),
             nn.Flatten(),
         )
         self.fc = nn.Sequential(nn.Linear(_TRUNK_OUT_FEATURES, _HIDDEN), nn.ReLU(inplace=True))

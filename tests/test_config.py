@@ -85,6 +85,8 @@ def test_describe_lists_every_field_with_its_source():
         ({"steadiness_probe_states": 1}, "steadiness_probe_states", ">= 2"),
         ({"steadiness_interval_updates": -1}, "steadiness_interval_updates", ">= 0"),
         ({"acting_tau": 0.005, "bn_calibration_states": 0}, "acting_tau", "bn_calibration_states"),
+        ({"batch_renorm": True, "bn_calibration_states": 0}, "batch_renorm", "bn_calibration_states"),
+        ({"batch_renorm": True, "batch_norm": False}, "batch_renorm", "batch_norm"),
         (
             {"frontier_start_share": 0.5, "env_id": "SuperMarioBrosRandomStages-v0"},
             "frontier_start_share",

@@ -485,6 +485,7 @@ class Learner:
             channels_last=channels_last,
             prev_action_input=settings.prev_action_input,
             batch_norm=settings.batch_norm,
+            batch_renorm=settings.batch_renorm,
         )
 
     def _batch_to_device(self, batch: BatchLike) -> tuple[torch.Tensor, ...]:

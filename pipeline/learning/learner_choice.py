@@ -136,6 +136,7 @@ def choose_learner(
         "frame_stack": cfg.frame_stack,
         "dueling": cfg.dueling,
         "batch_norm": cfg.batch_norm,
+        "batch_renorm": cfg.batch_renorm,
         "variants": variants,
     }
     digest = hashlib.sha1(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]

@@ -26,6 +26,7 @@ class LearnerSettings:
     frame_stack: int = 4
     prev_action_input: bool = False  # the network also sees the previous action (QNetwork)
     batch_norm: bool = True  # BatchNorm after every conv (QNetwork)
+    batch_renorm: bool = False  # Batch Renormalization's training forward in the online net
     augment_pad: int = 0  # random-shift augmentation of obs and next_obs (pixels; 0 = off)
     target_tau: float = 0.0  # moving-average target per update (0 = copy every target_sync_updates)
     advantage_learning: float = 0.0  # alpha of the advantage-learning target (0 = plain Double DQN)
@@ -54,6 +55,7 @@ class LearnerSettings:
             frame_stack=cfg.frame_stack,
             prev_action_input=cfg.prev_action_input,
             batch_norm=cfg.batch_norm,
+            batch_renorm=cfg.batch_renorm,
             augment_pad=cfg.augment_shift,
             target_tau=cfg.target_tau,
             advantage_learning=cfg.advantage_learning,

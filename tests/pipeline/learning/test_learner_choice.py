@@ -83,3 +83,32 @@ def test_a_real_measurement_of_eager_fp32_and_bf16(private_cache):
     best = max(choice.updates_per_s, key=choice.updates_per_s.get)
     # The pick is the fastest, or eager when AMP's lead is within the margin.
     assert choice.variant == best or choice.updates_per_s["eager_amp"] <= choice.updates_per_s["eager"] * LC.MARGIN
+
+
+def test_an_extra_variant_is_timed_with_its_own_settings(monkeypatch):
+    """``overrides`` adds a variant (the bench's Batch Renormalization row) timed in the
+    same rounds, built with its settings over the run's."""
+    from pipeline.learning import learner as learner_module
+    from pipeline.learning import learner_speed
+
+    built = {}
+
+    class SpyLearner(learner_module.Learner):
+        def __init__(self, num_actions, settings):
+            super().__init__(num_actions, settings)
+            built[len(built)] = settings
+
+    monkeypatch.setattr(learner_module, "Learner", SpyLearner)
+    spec = learner_speed.learner_spec(
+        catch(compile="off", amp="off"),
+        "cpu",
+        variants=["eager", "eager_renorm"],
+        rounds=1,
+        seconds_per_variant=0.2,
+        overrides={"eager_renorm": {"compile": False, "amp": False, "batch_renorm": True}},
+    )
+    out = learner_speed._measure_learners(spec)
+    assert out["eager_updates_per_s"] > 0 and out["eager_renorm_updates_per_s"] > 0
+    assert [s.batch_renorm for s in built.values()] == [False, True]
+    with pytest.raises(ValueError, match="unknown learner variant"):
+        learner_speed.learner_spec(catch(), "cpu", variants=["renorm"], rounds=1, seconds_per_variant=0.2)
