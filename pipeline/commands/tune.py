@@ -51,6 +51,14 @@ def tune_command(cli: dict[str, Any], preset: str | None, *, force: bool = False
         f"{tuning.shm_free_gb:,.1f} GB free in /dev/shm; {tuning.load_line()}"
     )
     say(f"chosen:   {tuning.explanation}")
+    if tuning.frames_per_s_at_ratio:
+        say(
+            "ratio:    more updates per frame, expected: "
+            + ", ".join(
+                f"replay ratio {ratio}: ~{fps:,.0f} frames/s (2M frames in {2e6 / fps / 3600:.1f} h)"
+                for ratio, fps in tuning.frames_per_s_at_ratio.items()
+            )
+        )
     say("")
     say(resolved.describe())
     sys.stdout.flush()

@@ -18,8 +18,10 @@ updates of ``1 / u(B)`` seconds each, so one core-second of the machine yields
 core-second is chosen, and the cores are split between collectors and learner in the
 same proportion as their work. The preset's batch size is kept unless another costs
 at least 10 % less per sample (the batch size changes learning, not only speed). The
-result (measurements and choices) is cached per machine and torch version;
-``python main.py tune`` measures again and prints it. Figures measured while other
+same balance at replay ratios 4, 8 and 16 gives the frames/s each would run at: the
+wall-time cost of more updates per frame on this machine. The result (measurements and
+choices) is cached per machine and torch version; ``python main.py tune`` measures
+again and prints it. Figures measured while other
 processes kept a quarter of the cores or more busy are likely low: they are used for the
 run at hand but not cached (``python main.py tune --force`` caches them, marked busy).
 """
@@ -30,7 +32,7 @@ import hashlib
 import json
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
@@ -53,6 +55,9 @@ BATCH_SIZES = (32, 64, 128)
 ENV_SECONDS = 6.0
 BATCH_CHANGE_GAIN = 0.9  # another batch size must cost at most this much per sample
 INFER_OVERHEAD = 1.1  # acting (batched forward passes) and ring writes: ~10 % of a collector's time
+# The replay ratios whose expected speed tune prints: the sample-efficient Atari agents
+# replay each transition 8-16 times or more, and this is what it costs the machine.
+RATIO_SWEEP = (4.0, 8.0, 16.0)
 TUNING_VERSION = 2  # 2: AMP learners got slower (fp32 targets), so their cached rates are stale
 
 
@@ -71,6 +76,8 @@ class Tuning:
     # that made the figures suspect (caches written before these fields read as quiet).
     other_cores: float | None = None
     busy: bool = False
+    # Replay ratio -> frames/s expected with that ratio (older caches: none).
+    frames_per_s_at_ratio: dict[str, float] = field(default_factory=dict)
 
     def load_line(self) -> str:
         """What the rest of the machine did while measuring, in words."""
@@ -114,10 +121,25 @@ def measure_emulator(cfg: Config, seconds: float = ENV_SECONDS) -> float:
     )
 
 
-def balance(
-    cfg: Config, frames_per_s: float, updates_per_s: dict[int, float], cores: int
-) -> tuple[dict[str, Any], str]:
-    """Batch size, collectors and learner threads for the most agent steps per second at the replay ratio."""
+@dataclass(frozen=True)
+class Plan:
+    """How a machine's cores are best split at a replay ratio, and what that yields."""
+
+    batch_size: int
+    collectors: int
+    learner_threads: int
+    steps_per_s: float  # agent steps per second expected
+    frames_per_s: float  # emulator frames per second expected
+    step_cost: float  # collector CPU-seconds per agent step
+    learn_cost: float  # learner seconds per agent step at the batch size
+
+    @property
+    def collector_share(self) -> float:
+        return self.step_cost / (self.step_cost + self.learn_cost)
+
+
+def plan(cfg: Config, frames_per_s: float, updates_per_s: dict[int, float], cores: int) -> Plan:
+    """The split with the most agent steps per second at ``cfg.replay_ratio`` (see the module docstring)."""
     frames_per_step = 1 if cfg.env_id.startswith("Catch") else cfg.frame_skip
     step_cost = INFER_OVERHEAD * frames_per_step / frames_per_s  # collector CPU-seconds per agent step
 
@@ -131,7 +153,6 @@ def balance(
     if cfg.batch_size in updates_per_s and learn_cost(batch) > BATCH_CHANGE_GAIN * learn_cost(cfg.batch_size):
         batch = cfg.batch_size
     total = step_cost + learn_cost(batch)
-    collector_share = step_cost / total
 
     def steps_per_s(collectors: int) -> float:
         # Bounded by the collectors, by the learner (on the cores they leave, at least one,
@@ -141,15 +162,43 @@ def balance(
 
     best = max(steps_per_s(p) for p in range(1, cores + 1))
     collectors = next(p for p in range(1, cores + 1) if steps_per_s(p) >= best * 0.999)  # fewest that reach it
-    threads = max(1, cores - collectors)
+    return Plan(
+        batch_size=batch,
+        collectors=collectors,
+        learner_threads=max(1, cores - collectors),
+        steps_per_s=best,
+        frames_per_s=best * frames_per_step,
+        step_cost=step_cost,
+        learn_cost=learn_cost(batch),
+    )
+
+
+def balance(
+    cfg: Config, frames_per_s: float, updates_per_s: dict[int, float], cores: int
+) -> tuple[dict[str, Any], str]:
+    """Batch size, collectors and learner threads for the most agent steps per second at the replay ratio."""
+    p = plan(cfg, frames_per_s, updates_per_s, cores)
+    batch = p.batch_size
     why = (
-        f"emulator {frames_per_s:,.0f} frames/s per core -> {1 / step_cost:,.0f} agent steps/s per collector; "
+        f"emulator {frames_per_s:,.0f} frames/s per core -> {1 / p.step_cost:,.0f} agent steps/s per collector; "
         f"learner {updates_per_s[batch]:,.1f} updates/s at batch {batch} -> "
         f"{batch * updates_per_s[batch] / cfg.replay_ratio:,.0f} agent steps/s at replay ratio {cfg.replay_ratio:g}; "
-        f"collectors take {collector_share:.0%} of the work: {collectors} collector(s), {threads} learner thread(s), "
-        f"~{best * frames_per_step:,.0f} frames/s expected on {cores} core(s)"
+        f"collectors take {p.collector_share:.0%} of the work: {p.collectors} collector(s), "
+        f"{p.learner_threads} learner thread(s), ~{p.frames_per_s:,.0f} frames/s expected on {cores} core(s)"
     )
-    return {"batch_size": batch, "num_processes": collectors, "learner_threads": threads}, why
+    return {"batch_size": batch, "num_processes": p.collectors, "learner_threads": p.learner_threads}, why
+
+
+def frames_per_s_at_ratios(
+    cfg: Config, frames_per_s: float, updates_per_s: dict[int, float], cores: int, ratios: tuple[float, ...]
+) -> dict[str, float]:
+    """Emulator frames/s expected at each replay ratio, each with its own best split: what
+    more updates per frame cost this machine in wall time."""
+    out = {}
+    for ratio in ratios:
+        at_ratio = Config(**{**cfg.to_dict(), "replay_ratio": ratio})
+        out[f"{ratio:g}"] = plan(at_ratio, frames_per_s, updates_per_s, cores).frames_per_s
+    return out
 
 
 def tune(
@@ -197,6 +246,7 @@ def tune(
         explanation=f"{why}; learner {variant}: {choice.reason}",
         other_cores=None if load is None else round(load.other_cores, 2),
         busy=load is not None and load.busy,
+        frames_per_s_at_ratio=frames_per_s_at_ratios(cfg, frames_per_s, rates, limits.cores, RATIO_SWEEP),
     )
     log(f"tune: {tuning.load_line()}")
     return tuning

@@ -41,6 +41,21 @@ def test_balance_splits_the_cores_by_work_and_picks_the_cheapest_batch_per_sampl
     assert settings["num_processes"] + settings["learner_threads"] == 8
 
 
+def test_the_cost_of_more_updates_per_frame_is_the_balance_at_each_ratio():
+    # A 2-core Zen 3: 254 frames/s per core, eager fp32 12.6 updates/s at batch 32 (the
+    # larger batches no cheaper per sample, so 32 stays). Collector step 1.1*4/254 = 17.3 ms.
+    rates = {32: 12.6, 64: 6.5, 128: 3.4}
+    expected = T.frames_per_s_at_ratios(mario(), 254.0, rates, 2, (4.0, 8.0, 16.0))
+    step = 1.1 * 4 / 254
+    # Ratio 4: learner 4/(32*12.6) = 9.9 ms per step; the machine's two cores bound it.
+    at_4 = 2 / (step + 4 / (32 * 12.6)) * 4
+    # Ratios 8 and 16: the learner's one thread bounds it (two collectors leave it one core).
+    at_8, at_16 = 32 * 12.6 / 8 * 4, 32 * 12.6 / 16 * 4
+    assert list(expected) == ["4", "8", "16"]
+    assert expected["4"] == pytest.approx(at_4) and expected["4"] == pytest.approx(294, abs=1)
+    assert expected["8"] == pytest.approx(at_8) and expected["16"] == pytest.approx(at_16)
+
+
 def test_a_real_tuning_on_catch_is_cached_and_used_by_the_auto_preset(tmp_path):
     cfg = Config(env_id="Catch-v0", compile="off", amp="off", learner_threads=1)
     lines = []
