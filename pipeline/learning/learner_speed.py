@@ -161,7 +161,7 @@ def _measure_learners(spec: dict[str, Any]) -> dict[str, float]:
     learners: dict[str, Learner] = {}
     out: dict[str, float] = {}
     for name in spec["variants"]:
-        changes = spec.get("overrides", {}).get(name) or dict(zip(("compile", "amp"), LEARNER_VARIANTS[name]))
+        changes = spec["overrides"].get(name) or dict(zip(("compile", "amp"), LEARNER_VARIANTS[name]))
         compile_ = changes["compile"]
         settings = LearnerSettings(**{**spec["settings"], **changes, "device": str(device)})
         learner = Learner(spec["num_actions"], settings)

@@ -128,7 +128,6 @@ class Plan:
     batch_size: int
     collectors: int
     learner_threads: int
-    steps_per_s: float  # agent steps per second expected
     frames_per_s: float  # emulator frames per second expected
     step_cost: float  # collector CPU-seconds per agent step
     learn_cost: float  # learner seconds per agent step at the batch size
@@ -166,7 +165,6 @@ def plan(cfg: Config, frames_per_s: float, updates_per_s: dict[int, float], core
         batch_size=batch,
         collectors=collectors,
         learner_threads=max(1, cores - collectors),
-        steps_per_s=best,
         frames_per_s=best * frames_per_step,
         step_cost=step_cost,
         learn_cost=learn_cost(batch),
