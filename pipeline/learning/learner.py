@@ -321,13 +321,17 @@ class Learner:
         logger.info("shrink-and-perturb reset %d at update %d (kept %.2f)", self.resets, self.updates, shrink)
 
     def state_dict(self) -> dict[str, Any]:
-        """Online, target, optimizer and scaler state plus the update counter (live refs)."""
+        """Online, target, optimizer and scaler state plus the update counter (live refs),
+        and the update count the online net's BatchNorm statistics were estimated at
+        (``calibrated_at``, a record: loading does not restore it, so a loaded learner's
+        first calibration always runs)."""
         return {
             "online": self.online.state_dict(),
             "target": self.target.state_dict(),
             "optimizer": self.optimizer.state_dict(),
             "scaler": self.scaler.state_dict() if self.scaler is not None else None,
             "updates": self.updates,
+            "calibrated_at": self.calibrated_at,
             "acting": self.acting.state_dict() if self.acting is not None else None,
         }
 

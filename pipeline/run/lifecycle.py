@@ -278,8 +278,24 @@ class TrainerLifecycle:
         self.counters["records"] += len(records)
 
     # -- checkpoints ----------------------------------------------------------------------
+    def calibrate_statistics(self) -> bool:
+        """Precise BN: re-estimate the BatchNorm statistics for the weights as they are now.
+
+        Every copy of the weights that is played gets them: a publish, a frame mark and
+        every checkpoint (``eval`` and ``play`` load those). Between publishes the weights
+        move on while the statistics stay those of the last calibration, and a copy saved
+        with them does not play what the collectors play: a 1-1 mark saved between two
+        publishes played a mean x_pos of 769, the same weights with their statistics
+        re-estimated 1,769-1,874 (docs/learning.md). A new run's first publish, or a
+        resumed run's whose replay was not restored, has no states to re-estimate from and
+        keeps what it has.
+        Returns whether it re-estimated (at most once per update count).
+        """
+        return self.replay.can_sample(self.cfg.batch_size) and self.learner.calibrate()
+
     def _checkpoint_args(self) -> tuple[dict, int, float | None]:
         self._collector_totals()
+        self.calibrate_statistics()
         totals = {k: self.total(k) for k in COUNTER_KEYS}
         payload = checkpoint_payload(self.learner, totals, self.cfg, self.num_actions)
         score = rolling_return(self.consolidator.episodes if self.consolidator is not None else ())

@@ -139,12 +139,15 @@ def mark_name(frames: int) -> str:
 def mark_payload(learner: Learner, totals: Mapping[CounterKey, int], cfg: Config, num_actions: int) -> dict[str, Any]:
     """What :func:`~pipeline.learning.policy.load_policy` needs: the online net and the
     acting copy when there is one (cloned, so updates going on meanwhile cannot tear
-    them), the counters, config and action count."""
+    them), the counters, config and action count; and the update counts of the weights
+    and of their BatchNorm statistics (equal when the mark was calibrated for them)."""
     acting = learner.acting
     return {
         "learner": {
             "online": cloned(learner.online.state_dict()),
             "acting": cloned(acting.state_dict()) if acting is not None else None,
+            "updates": learner.updates,
+            "calibrated_at": learner.calibrated_at,
         },
         "counters": dict(totals),
         "config": cfg.to_dict(),

@@ -157,10 +157,8 @@ class Trainer(TrainerLifecycle):
     def _publish(self) -> None:
         assert self.weights is not None
         t = time.perf_counter_ns()
-        # Re-estimating needs replay states: a new run's first publish, or a resumed run's
-        # whose replay was not restored, keeps the statistics it has (its checkpoint's).
         if self.replay.can_sample(self.cfg.batch_size):
-            self.learner.calibrate()  # precise BN: the statistics the acting copies will use
+            self.calibrate_statistics()  # the statistics the acting copies will use
             if self.steadiness is not None:
                 t_probe = time.perf_counter_ns()
                 self.steadiness.at_publish(self.total("updates"))
@@ -370,8 +368,9 @@ class Trainer(TrainerLifecycle):
 
     async def save_mark_in_background(self) -> Path | None:
         """The online net at the frame mark just passed (a few frames past it: collectors
-        are not stopped for it), written by a worker thread; a failed write is reported
-        once, and that mark is skipped."""
+        are not stopped for it), with its statistics re-estimated as a publish would, written
+        by a worker thread; a failed write is reported once, and that mark is skipped."""
+        self.calibrate_statistics()
         totals = {k: self.total(k) for k in COUNTER_KEYS}
         payload = mark_payload(self.learner, totals, self.cfg, self.num_actions)
         mark = self._next_mark
