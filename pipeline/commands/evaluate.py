@@ -11,7 +11,8 @@ reproduced by ``--episodes 20 --epsilon 0.05 --seed 5000000 --max-steps 2000``.
 Command line::
 
     python main.py eval --checkpoint PATH [--env ID] [--episodes N] [--epsilon E]
-                        [--seed N] [--max-steps N] [--action INDEX] [--values] [--json PATH]
+                        [--seed N] [--max-steps N] [--action INDEX] [--values]
+                        [--recalibrate REPLAY [--recalibrate-states N]] [--json PATH]
 
 ``PATH`` is a ``ckpt-<frames>.pt`` file, or a run directory (its newest checkpoint).
 ``--action`` plays a reference policy in the checkpoint's env instead of its network: that
@@ -19,6 +20,10 @@ action at every step that is not random (``--epsilon 1`` is random play), so a l
 policy's figures can be set beside those of a fixed button press under the same protocol.
 ``--values`` plays the same episodes and also prints how far the network's values are
 from the returns its policy collects (:mod:`pipeline.run.value_check`).
+``--recalibrate`` re-estimates the network's BatchNorm statistics for its weights on a
+saved replay's states before playing (:mod:`pipeline.learning.batchnorm_stats`), as a
+publish does: checkpoints saved before marks and checkpoints were calibrated for their own
+weights carry statistics older than the weights, and play a network no collector played.
 Importing this module is cheap; torch and the emulator load when a command runs.
 """
 
@@ -32,7 +37,14 @@ from collections.abc import Callable
 
 from pipeline.common.errors import OneLineParser, UserError
 from pipeline.common.files import atomic_write_text
-from pipeline.learning.policy import build_env, constant_action_model, load_policy, single_thread_torch, summarise
+from pipeline.learning.policy import (
+    Policy,
+    build_env,
+    constant_action_model,
+    load_policy,
+    single_thread_torch,
+    summarise,
+)
 
 __all__ = ["add_policy_arguments", "build_parser", "eval_command"]
 
@@ -109,8 +121,51 @@ def build_parser() -> argparse.ArgumentParser:
         help="also print the Q-value of each greedy step's action beside the discounted return that "
         "followed it (the run's gamma and reward scale), and the median gap to the second-best action",
     )
+    parser.add_argument(
+        "--recalibrate",
+        metavar="REPLAY",
+        help="first re-estimate the network's BatchNorm statistics for its weights on uniform states of "
+        "this saved replay (a run's checkpoints/replay.npz), as a publish does: for checkpoints saved "
+        "with statistics older than their weights",
+    )
+    parser.add_argument(
+        "--recalibrate-states",
+        type=_int_at_least(1),
+        help="states for --recalibrate (default: the run's bn_calibration_states, or 256)",
+    )
     parser.add_argument("--json", help="also write the results (and per-episode lists) to this JSON file")
     return parser
+
+
+def recalibrate_policy(policy: Policy, replay_path: str, states: int | None, seed: int) -> str:
+    """Re-estimate ``policy.model``'s BatchNorm statistics on ``states`` uniform states of
+    the replay saved at ``replay_path`` (drawn by a generator seeded with ``seed``), in
+    chunks of the run's batch size; returns what was done, for the command's output."""
+    import torch
+
+    from pipeline.learning.batchnorm_stats import batch_norm_layers, calibration_chunks, recalibrate
+    from pipeline.learning.replay import ReplayFileError, ReplayMemory
+
+    if not batch_norm_layers(policy.model):
+        raise UserError(f"--recalibrate: {policy.path} has no BatchNorm layer to re-estimate; drop --recalibrate")
+    config = policy.config
+    count = states or config.bn_calibration_states or 256
+    try:
+        memory = ReplayMemory.load(replay_path)
+    except ReplayFileError as exc:
+        raise UserError(f"--recalibrate {replay_path}: {exc}") from None
+    if memory.geometry["frame_stack"] != policy.frame_stack:
+        raise UserError(
+            f"--recalibrate {replay_path}: its states stack {memory.geometry['frame_stack']} frames, "
+            f"the network takes {policy.frame_stack}; give the replay saved by this checkpoint's run"
+        )
+    obs, prev = memory.sample_states(count, torch.Generator().manual_seed(seed))
+    chunk = max(1, config.batch_size // config.grad_accum)
+    feeds_prev = config.prev_action_input
+    chunks = calibration_chunks(obs, prev if feeds_prev else None, chunk, num_actions=policy.num_actions)
+    recalibrate(policy.model, chunks)
+    policy.model.eval()
+    return f"BatchNorm statistics re-estimated on {count} states of {replay_path} (chunks of {chunk})"
 
 
 def eval_command(argv: list[str]) -> int:
@@ -122,6 +177,11 @@ def eval_command(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
     json_path = check_output_path(args.json, (".json",), "JSON") if args.json else None
     policy = load_policy(args.checkpoint, args.env_id)
+    if args.recalibrate_states is not None and args.recalibrate is None:
+        raise UserError("--recalibrate-states needs --recalibrate REPLAY")
+    recalibrated = (
+        recalibrate_policy(policy, args.recalibrate, args.recalibrate_states, args.seed) if args.recalibrate else None
+    )
     protocol = Protocol(episodes=args.episodes, epsilon=args.epsilon, first_seed=args.seed, max_steps=args.max_steps)
     model, player = policy.model, f"{policy.path} ({policy.frames} frames)"
     if args.action is not None:
@@ -153,6 +213,8 @@ def eval_command(argv: list[str]) -> int:
         env.close()
     assert results is not None  # nothing interrupts it without should_stop
     summary = summarise(results)
+    if recalibrated is not None:
+        print(recalibrated)
     print(
         f"evaluated {player} on {policy.env_id}: {args.episodes} episode(s), epsilon {args.epsilon:g}, seed {args.seed}"
     )
@@ -184,6 +246,7 @@ def eval_command(argv: list[str]) -> int:
                     "seed": args.seed,
                     "max_steps": args.max_steps,
                     "action": args.action,
+                    "recalibrated": recalibrated,
                     **summary,
                 },
                 indent=2,

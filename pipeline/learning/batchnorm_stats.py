@@ -38,6 +38,7 @@ from torch.nn.modules.batchnorm import _BatchNorm
 
 __all__ = [
     "batch_norm_layers",
+    "calibration_chunks",
     "freeze_running_statistics",
     "preserved_statistics",
     "recalibrate",
@@ -113,3 +114,18 @@ def recalibrate(net: nn.Module, chunks: Iterable[tuple[torch.Tensor, torch.Tenso
             layer.momentum = momentum
         net.train(was_training)
     return seen
+
+
+def calibration_chunks(
+    obs: torch.Tensor, prev: torch.Tensor | None, chunk: int, *, num_actions: int | None = None
+) -> list[tuple[torch.Tensor, torch.Tensor | None]]:
+    """``(obs, prev_action)`` chunks of ``chunk`` states for :func:`recalibrate`.
+
+    ``chunk`` should be the training batch size, so the statistics are those training
+    normalises with. ``num_actions`` is given for a network fed the previous action, whose
+    values are clamped to it ("none", a start state's); without it, or without ``prev``,
+    the chunks carry no previous action.
+    """
+    if prev is None or num_actions is None:
+        return [(part, None) for part in obs.split(chunk)]
+    return list(zip(obs.split(chunk), prev.long().clamp(max=num_actions).split(chunk)))

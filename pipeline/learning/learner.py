@@ -82,7 +82,13 @@ from torch import nn
 from models import QNetwork
 from pipeline.learning.acting_copy import ActingCopy
 from pipeline.learning.augment import random_shift
-from pipeline.learning.batchnorm_stats import batch_norm_layers, freeze_running_statistics, recalibrate, set_momentum
+from pipeline.learning.batchnorm_stats import (
+    batch_norm_layers,
+    calibration_chunks,
+    freeze_running_statistics,
+    recalibrate,
+    set_momentum,
+)
 
 # CompileFallbackWarning is re-exported (``X as X``): it was defined here, and callers and
 # tests import it from here.
@@ -287,13 +293,13 @@ class Learner:
         if not batch_norm_layers(self.online):
             return False
         obs, prev = source(count)
-        obs = self._to_device(obs)
-        chunk = self.settings.calibration_chunk
-        if prev is None or not self.settings.prev_action_input:
-            prevs: list[torch.Tensor | None] = [None] * len(obs.split(chunk))
-        else:
-            prevs = list(self._to_device(prev).long().clamp(max=self.num_actions).split(chunk))
-        chunks = list(zip(obs.split(chunk), prevs))
+        feeds_prev = prev is not None and self.settings.prev_action_input
+        chunks = calibration_chunks(
+            self._to_device(obs),
+            self._to_device(prev) if feeds_prev else None,
+            self.settings.calibration_chunk,
+            num_actions=self.num_actions,
+        )
         recalibrate(self.online, chunks)
         if self.acting is not None:
             self.acting.calibrate(chunks)

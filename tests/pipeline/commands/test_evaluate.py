@@ -230,6 +230,65 @@ def test_policy_keeps_batchnorm_statistics_and_eval_mode(tmp_path):
         assert torch.equal(loaded[key], value), key
 
 
+def saved_replay(path: Path, frame_stack: int = 4) -> Path:
+    """A replay file of one stream of random-looking frames, as a run saves it."""
+    import random
+
+    from pipeline.learning.replay import ReplayMemory
+    from tests.pipeline.learning.test_replay import IdCounter, build_stream, to_array
+
+    memory = ReplayMemory(400, 1, frame_stack=frame_stack)
+    memory.add(0, to_array(build_stream([(60, "term")] * 5, IdCounter(), random.Random(0))))
+    memory.save(path)
+    return path
+
+
+def test_recalibrate_re_estimates_the_statistics_on_the_replays_states(tmp_path, capsys):
+    """--recalibrate: the statistics become those of the seeded draw of replay states in
+    chunks of the run's batch size (what recalibrate computes, tested by hand in
+    tests/pipeline/learning/test_batchnorm_stats.py), the weights stay, and the command
+    says so and plays with them."""
+    from pipeline.commands.evaluate import recalibrate_policy
+    from pipeline.learning.batchnorm_stats import recalibrate
+    from pipeline.learning.replay import ReplayMemory
+
+    ckpt, state = make_checkpoint(tmp_path / "ckpt-000000001000.pt", batch_size=16)
+    replay = saved_replay(tmp_path / "replay.npz")
+    policy = load_policy(ckpt)
+    said = recalibrate_policy(policy, str(replay), 64, seed=7)
+    assert said.startswith("BatchNorm statistics re-estimated on 64 states") and "chunks of 16" in said
+    assert not policy.model.training
+
+    expected = load_policy(ckpt).model
+    obs, _ = ReplayMemory.load(replay).sample_states(64, torch.Generator().manual_seed(7))
+    recalibrate(expected, [(part, None) for part in obs.split(16)])
+    got = policy.model.state_dict()
+    for key, value in expected.state_dict().items():
+        torch.testing.assert_close(got[key], value, msg=key)
+        if "running_mean" in key:
+            assert not torch.allclose(got[key], state[key]), key  # they did change
+        elif "running" not in key and "num_batches" not in key:
+            assert torch.equal(got[key], state[key]), key  # the weights did not
+
+    out = tmp_path / "eval.json"
+    argv = ["--checkpoint", str(ckpt), "--episodes", "2", "--seed", "7", "--json", str(out)]
+    assert eval_command([*argv, "--recalibrate", str(replay), "--recalibrate-states", "64"]) == 0
+    assert said in capsys.readouterr().out
+    assert json.loads(out.read_text())["recalibrated"] == said
+
+
+def test_recalibrate_mistakes_are_one_clear_error(tmp_path):
+    ckpt, _ = make_checkpoint(tmp_path / "ckpt-000000001000.pt")
+    with pytest.raises(UserError, match="--recalibrate") as info:
+        eval_command(["--checkpoint", str(ckpt), "--recalibrate", str(tmp_path / "none.npz")])
+    assert "\n" not in str(info.value) and "none.npz" in str(info.value)
+    with pytest.raises(UserError, match="needs --recalibrate REPLAY"):
+        eval_command(["--checkpoint", str(ckpt), "--recalibrate-states", "64"])
+    replay = saved_replay(tmp_path / "replay2.npz", frame_stack=2)
+    with pytest.raises(UserError, match="stack 2 frames"):
+        eval_command(["--checkpoint", str(ckpt), "--recalibrate", str(replay)])
+
+
 # ------------------------------------------------------------------------------ errors
 def test_missing_checkpoint_is_one_clear_error(tmp_path):
     with pytest.raises(UserError, match="does not exist") as info:
