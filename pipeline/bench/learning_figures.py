@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pipeline.bench.learning_curves import X_POS_GOAL, MarkResult, area_under_curve, figure_at, first_frames
-from pipeline.bench.learning_steadiness import STEADINESS_FIELDS, median_swing
+from pipeline.bench.learning_steadiness import STEADINESS_FIELDS, TRAINING_X_POS, median_swing
 
 REPORT_FRAMES = (500_000, 1_000_000, 2_000_000)
 STEADY_FRAMES = (500_000, 1_000_000, 2_000_000)
@@ -79,6 +79,11 @@ FIGURES: tuple[Figure, ...] = (
         for frames in REPORT_FRAMES
         for field, label, unit in MARK_FIELDS
     ),
+    # The collectors' own episodes just before the mark, beside what the mark plays.
+    *(
+        Figure(f"{TRAINING_X_POS}@{frames}", f"training episodes' x_pos @{frames / 1e6:g}M", "x_pos")
+        for frames in STEADY_FRAMES
+    ),
     # Steadiness (learning_steadiness): the probe's figures, the values, the swing.
     *(
         Figure(f"{name}@{frames}", f"{label} @{frames / 1e6:g}M", "fine")
@@ -114,7 +119,9 @@ def run_figures(
     }
     for frames in STEADY_FRAMES:
         at_mark = (steadiness or {}).get(frames, {})
-        figures.update({f"{name}@{frames}": at_mark.get(name) for name in STEADINESS_FIELDS.values()})
+        figures.update(
+            {f"{name}@{frames}": at_mark.get(name) for name in (*STEADINESS_FIELDS.values(), TRAINING_X_POS)}
+        )
         mark = next((r for r in curve if r.frames == frames), None)
         figures[f"q_over_return@{frames}"] = mark.q_over_return if mark is not None else None
     figures["median_swing"] = median_swing(curve)

@@ -9,7 +9,7 @@ import pytest
 
 from pipeline.bench.learning_curves import MarkResult
 from pipeline.bench.learning_figures import run_figures
-from pipeline.bench.learning_steadiness import median_swing, steadiness_at_marks
+from pipeline.bench.learning_steadiness import TRAINING_X_POS, median_swing, steadiness_at_marks
 
 
 def mark(frames: int, run_frames: int, mean_x_pos: float, q_over_return: float | None = None) -> MarkResult:
@@ -37,9 +37,26 @@ def test_each_mark_gets_the_last_figures_measured_before_it(tmp_path: Path) -> N
     write_metrics(run, [(100, "nan", "nan"), (400_000, "0.9", "nan"), (700_000, "0.96", "0.3"), (1_200_000, "0.7", "")])
     curve = [mark(500_000, 500_010, 0), mark(1_000_000, 1_000_020, 0), mark(100_000, 100_005, 0)]
     found = steadiness_at_marks(run, curve)
-    assert found[500_000] == {"agreement": 0.9, "churn": None, "q_offset": 0.5, "action_gap": 0.25}
-    assert found[1_000_000] == {"agreement": 0.96, "churn": 0.3, "q_offset": 0.5, "action_gap": 0.25}
-    assert found[100_000] == dict.fromkeys(("agreement", "churn", "q_offset", "action_gap"))
+    no_training = {TRAINING_X_POS: None}  # these rows have no episode_x_pos column
+    assert found[500_000] == {"agreement": 0.9, "churn": None, "q_offset": 0.5, "action_gap": 0.25, **no_training}
+    assert found[1_000_000] == {"agreement": 0.96, "churn": 0.3, "q_offset": 0.5, "action_gap": 0.25, **no_training}
+    assert found[100_000] == dict.fromkeys(("agreement", "churn", "q_offset", "action_gap", TRAINING_X_POS))
+
+
+def test_each_mark_gets_the_training_episodes_x_pos_of_the_last_row_before_it(tmp_path: Path) -> None:
+    """Every row with a training x_pos counts, probe or not, and only rows at or before the
+    frames the run had when the mark was kept."""
+    run = tmp_path / "r"
+    run.mkdir()
+    rows = ["time_s,frames,episode_x_pos,steady_agreement", "1,90000,nan,", "2,480000,700.5,0.9", "3,499000,812,"]
+    rows += ["4,500020,9999,", "5,990000,1458.2,"]
+    (run / "metrics.csv").write_text("\n".join(rows) + "\n")
+    curve = [mark(100_000, 100_003, 0), mark(500_000, 500_010, 0), mark(1_000_000, 1_000_020, 0)]
+    found = steadiness_at_marks(run, curve)
+    assert [found[m.frames][TRAINING_X_POS] for m in curve] == [None, 812.0, 1458.2]
+    assert found[1_000_000]["agreement"] == 0.9  # the probe's last row, not the training one's
+    figures = run_figures(curve, {}, found)
+    assert figures[f"{TRAINING_X_POS}@500000"] == 812.0 and figures[f"{TRAINING_X_POS}@2000000"] is None
 
 
 def test_a_run_without_the_probe_has_no_figures(tmp_path: Path) -> None:
