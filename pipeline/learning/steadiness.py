@@ -1,8 +1,10 @@
 """Steadiness figures: how far the acting copy's greedy policy can be trusted.
 
 The learner trains the Q-network in train mode (BatchNorm normalises by each batch) and
-publishes it for eval-mode use (BatchNorm uses its running statistics). On a fixed probe
-set of replay states, drawn once, :class:`SteadinessProbe` measures:
+publishes it for eval-mode use (BatchNorm uses its running statistics). On a probe set of
+replay states, the same from a :meth:`~SteadinessProbe.remember` to the measurement after
+it (its owner draws a fresh set from the replay for each such pair, so that the states
+stand for what the learner trains on now), :class:`SteadinessProbe` measures:
 
 - ``agreement``: the share of states where the train-mode greedy action (what the loss
   shaped) equals the eval-mode one (what the acting copy plays);

@@ -4,12 +4,21 @@
 on the weights the trainer is about to publish, at the first publish at or after every
 ``steadiness_interval_updates`` updates, and has the probe remember the greedy actions of
 the publish just before it, so the churn it reports is the change between two consecutive
-publishes (what a collector sees when it picks up new weights). The probe's states are
-drawn once, uniformly from the replay, with a generator of the watch's own (the training
-batches are the same with the probe on or off); a resumed run draws a new set.
+publishes (what a collector sees when it picks up new weights).
 
-A measurement is three float32 forwards of ``steadiness_probe_states`` states (one at the
-publish before, two at the measurement): about a second on one core of a 2-core box for
+The probe's states are drawn afresh at that publish before each measurement, uniformly
+from the replay, with a generator of the watch's own (the training batches are the same
+with the probe on or off), and the measurement uses the same states. A set drawn once
+would drift out of the replay as the agent gets further into the level: normalised in
+chunks of states the learner no longer trains on, its train-mode forward is no longer
+what the loss shaped, and agreement falls with the set's age while the network does not
+change (docs/learning.md, "A probe drawn once grows stale"). Only when no publish comes
+between two measurements (an interval no longer than the publish period) does a
+measurement reuse the previous one's states, so that churn still compares two
+consecutive publishes.
+
+A measurement is a draw of ``steadiness_probe_states`` states and three float32 forwards
+of them (one at the publish before, two at the measurement): about a second on one core of a 2-core box for
 1,024 states every 2,000 updates, under the learner's ``probe`` phase in the monitor.
 Between measurements the gauges keep the last figures (NaN before the first).
 """
@@ -99,7 +108,8 @@ class SteadinessWatch:
             self._next_due = (updates // self.interval + 1) * self.interval
             return True
         if updates + self.publish_every >= self._next_due:
-            self._probe().remember(self.learner.published_net)
+            self.probe = self._draw_probe()
+            self.probe.remember(self.learner.published_net)
         return False
 
     def gauges(self) -> dict[str, float]:
@@ -107,11 +117,16 @@ class SteadinessWatch:
         return self.figures.gauges()
 
     def _probe(self) -> SteadinessProbe:
+        """The states drawn at the publish before (or the last measurement's, or new ones
+        when there are none yet)."""
         if self.probe is None:
-            obs, prev = self.replay.sample_states(self.probe_states, self.generator)
-            device = self.learner.device
-            obs = obs.to(device)
-            prev_input = self.learner.settings.prev_action_input
-            prev_action = prev.to(device).clamp(max=self.learner.num_actions) if prev_input else None
-            self.probe = SteadinessProbe(obs, prev_action, self.chunk)
+            self.probe = self._draw_probe()
         return self.probe
+
+    def _draw_probe(self) -> SteadinessProbe:
+        obs, prev = self.replay.sample_states(self.probe_states, self.generator)
+        device = self.learner.device
+        obs = obs.to(device)
+        prev_input = self.learner.settings.prev_action_input
+        prev_action = prev.to(device).clamp(max=self.learner.num_actions) if prev_input else None
+        return SteadinessProbe(obs, prev_action, self.chunk)

@@ -45,10 +45,41 @@ def test_the_watch_measures_at_each_interval_and_remembers_the_publish_before() 
             remembered_at.append(updates)
     assert measured_at == [30, 60, 90]
     assert remembered_at == [20, 50, 80]
-    assert replay.draws == 1  # the probe states are drawn once
+    assert replay.draws == 3  # fresh states at each publish before a measurement
     assert watch.measurements == 3
     assert watch.figures.churn == 0.0  # the weights did not change between the publishes
     assert watch.figures.agreement <= 1.0 and not math.isnan(watch.figures.q_offset)
+
+
+def test_each_measurement_uses_the_states_drawn_at_the_publish_before_it() -> None:
+    """A probe drawn once drifts out of the replay; the watch draws new states for each
+    remember/measure pair and measures on exactly the states it remembered."""
+    torch.manual_seed(0)
+    learner = Learner(NUM_ACTIONS, LearnerSettings(compile=False, amp=False))
+    watch = SteadinessWatch(learner, StatesOnly(), interval=30, probe_states=16, publish_every=10, chunk=8, seed=1)
+    probes_at_remember, probes_at_measure = [], []
+    for updates in range(10, 100, 10):
+        if watch.at_publish(updates):
+            probes_at_measure.append(watch.probe)
+        elif watch.probe is not None and (not probes_at_remember or watch.probe is not probes_at_remember[-1]):
+            probes_at_remember.append(watch.probe)
+    assert len(probes_at_remember) == 3
+    assert all(m is r for m, r in zip(probes_at_measure, probes_at_remember, strict=True))
+    first, second = (p.obs for p in probes_at_remember[:2])
+    assert not torch.equal(first, second)  # new states, not the first set again
+
+
+def test_measurements_with_no_publish_between_keep_their_states() -> None:
+    """An interval no longer than the publish period: every publish measures, and churn
+    still compares two consecutive publishes on the same states."""
+    torch.manual_seed(0)
+    learner = Learner(NUM_ACTIONS, LearnerSettings(compile=False, amp=False))
+    replay = StatesOnly()
+    watch = SteadinessWatch(learner, replay, interval=10, probe_states=16, publish_every=10, chunk=8, seed=1)
+    assert not watch.at_publish(10)  # the first publish remembers
+    assert all(watch.at_publish(u) for u in range(20, 60, 10))
+    assert replay.draws == 1
+    assert watch.figures.churn == 0.0  # the same weights, the same states
 
 
 def test_the_watch_is_off_at_interval_zero() -> None:
