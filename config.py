@@ -160,10 +160,11 @@ class Config:
     BatchNorm; BBF acts with such an average at 0.005). 0 = act with the online weights."""
     steadiness_interval_updates: int = 2000
     """Every this many learner updates (at a publish), the steadiness probe measures the
-    published network on a fixed set of replay states: train/eval greedy agreement, churn
+    published network on a set of replay states: train/eval greedy agreement, churn
     since the previous publish, |Q_eval - Q_train| and the median action gap (0 = off)."""
     steadiness_probe_states: int = 1024
-    """Replay states in the steadiness probe, drawn once when the first measurement is due."""
+    """Replay states in the steadiness probe, drawn afresh at the publish before each
+    measurement (churn compares those states across the two publishes)."""
     prioritized_replay: bool = False
     """Prioritized replay: draw transitions in proportion to (|TD error| + eps) ** alpha and
     weight their loss by importance sampling (proportional PER on a sum tree)."""
