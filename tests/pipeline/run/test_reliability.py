@@ -15,13 +15,15 @@ import signal
 import subprocess
 import sys
 import time
+from multiprocessing import resource_tracker
 from pathlib import Path
 
 import psutil
 import pytest
 
 from pipeline.learning.checkpoint import load_checkpoint
-from pipeline.transport.segments import project_segments, run_tag
+from pipeline.transport import ring as R
+from pipeline.transport.segments import attach_segment, project_segments, release, run_tag
 from tests.conftest import wait_until
 from tests.pipeline.run.test_trainer import ROOT, checkpoints, read_csv
 
@@ -59,6 +61,29 @@ def training_started(run: Path) -> bool:
     return path.exists() and any(float(r["updates"] or 0) > 0 for r in read_csv(path))
 
 
+def slot_starts(run: Path) -> list[int]:
+    """How many collector starts each ring slot has counted, read from the run's live ring.
+
+    A replacement counts its start once it has attached the ring, which on a loaded box
+    can be many seconds after its process appears."""
+    names = [name for name in project_segments(run_tag(run)) if name.endswith("_ring")]
+    if len(names) != 1:
+        return []
+    try:
+        segment = attach_segment(names[0])
+    except FileNotFoundError:
+        return []
+    resource_tracker.unregister(segment._name, "shared_memory")  # the run owns and unlinks it
+    ring = None
+    try:
+        ring = R.TransitionRing.from_buffer(segment.buf)
+        return [int(slot.counters.starts) for slot in ring.slots]
+    finally:
+        if ring is not None:
+            ring.close()
+        release(segment, unlink=False)
+
+
 def interrupt(proc: subprocess.Popen[str]) -> str:
     proc.send_signal(signal.SIGINT)
     output, _ = proc.communicate(timeout=450)
@@ -90,6 +115,7 @@ def test_killed_collector_is_replaced_and_no_record_is_lost(tmp_path):
         wait_until(
             lambda: float(read_csv(run / "metrics.csv")[-1]["restarts"]) >= 1, 50, proc=proc
         )  # the monitor shows it
+        wait_until(lambda: sorted(slot_starts(run)) == [1, 1, 2, 2], 300, proc=proc)  # the new one attached
         output = interrupt(proc)
     finally:
         if proc.poll() is None:
