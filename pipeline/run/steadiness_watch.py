@@ -18,8 +18,9 @@ measurement reuse the previous one's states, so that churn still compares two
 consecutive publishes.
 
 A measurement is a draw of ``steadiness_probe_states`` states and three float32 forwards
-of them (one at the publish before, two at the measurement): about a second on one core of a 2-core box for
-1,024 states every 2,000 updates, under the learner's ``probe`` phase in the monitor.
+of them (one at the publish before, two at the measurement): about a second on one core
+of a 2-core box for 1,024 states every 2,000 updates, under the learner's ``probe``
+phase in the monitor.
 Between measurements the gauges keep the last figures (NaN before the first).
 """
 

@@ -22,9 +22,9 @@ import psutil
 import pytest
 
 from pipeline.learning.checkpoint import load_checkpoint
-from pipeline.transport import ring as R
-from pipeline.transport.segments import attach_segment, project_segments, release, run_tag
+from pipeline.transport.segments import project_segments, run_tag
 from tests.conftest import wait_until
+from tests.pipeline.producers import attached_ring
 from tests.pipeline.run.test_trainer import ROOT, checkpoints, read_csv
 
 pytestmark = pytest.mark.slow
@@ -70,18 +70,12 @@ def slot_starts(run: Path) -> list[int]:
     if len(names) != 1:
         return []
     try:
-        segment = attach_segment(names[0])
+        with attached_ring(names[0]) as ring:
+            starts = [int(slot.counters.starts) for slot in ring.slots]
     except FileNotFoundError:
         return []
-    resource_tracker.unregister(segment._name, "shared_memory")  # the run owns and unlinks it
-    ring = None
-    try:
-        ring = R.TransitionRing.from_buffer(segment.buf)
-        return [int(slot.counters.starts) for slot in ring.slots]
-    finally:
-        if ring is not None:
-            ring.close()
-        release(segment, unlink=False)
+    resource_tracker.unregister(f"/{names[0]}", "shared_memory")  # the run owns and unlinks it
+    return starts
 
 
 def interrupt(proc: subprocess.Popen[str]) -> str:
