@@ -165,6 +165,11 @@ class Config:
     steadiness_probe_states: int = 1024
     """Replay states in the steadiness probe, drawn afresh at the publish before each
     measurement (churn compares those states across the two publishes)."""
+    steadiness_batchings: int = 4
+    """Train-mode forwards of the probe per measurement, each with the states chunked into
+    other batches: the agreement against their mean Q-values (what the loss shapes in
+    expectation over its batches) and train mode's agreement with itself between two
+    batchings (the ceiling batch noise sets on agreement). 1 = the drawn order only."""
     prioritized_replay: bool = False
     """Prioritized replay: draw transitions in proportion to (|TD error| + eps) ** alpha and
     weight their loss by importance sampling (proportional PER on a sum tree)."""

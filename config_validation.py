@@ -137,6 +137,12 @@ def validate(cfg: Any) -> None:
         problems.append(
             _problem("steadiness_probe_states", cfg.steadiness_probe_states, "must be >= 2", "use e.g. 1024")
         )
+    if cfg.steadiness_batchings < 1:
+        problems.append(
+            _problem(
+                "steadiness_batchings", cfg.steadiness_batchings, "must be >= 1", "use e.g. 4, or 1 for one batching"
+            )
+        )
     if not 0 <= cfg.augment_shift <= 16:
         problems.append(
             _problem("augment_shift", cfg.augment_shift, "must be in 0..16 pixels", "use 4 (DrQ's shift), or 0 for off")

@@ -83,6 +83,7 @@ def test_describe_lists_every_field_with_its_source():
         ({"bn_calibration_states": -1}, "bn_calibration_states", ">= 0"),
         ({"bn_momentum": 1.5}, "bn_momentum", "[0, 1]"),
         ({"steadiness_probe_states": 1}, "steadiness_probe_states", ">= 2"),
+        ({"steadiness_batchings": 0}, "steadiness_batchings", ">= 1"),
         ({"steadiness_interval_updates": -1}, "steadiness_interval_updates", ">= 0"),
         ({"acting_tau": 0.005, "bn_calibration_states": 0}, "acting_tau", "bn_calibration_states"),
         ({"batch_renorm": True, "bn_calibration_states": 0}, "batch_renorm", "bn_calibration_states"),

@@ -90,6 +90,8 @@ FIGURES: tuple[Figure, ...] = (
         for frames in STEADY_FRAMES
         for name, label in (
             ("agreement", "train/eval agreement"),
+            ("expected_agreement", "agreement, batchings' mean"),
+            ("train_agreement", "train/train agreement"),
             ("churn", "churn per publish"),
             ("q_offset", "|Q_eval - Q_train|"),
             ("action_gap", "median action gap"),

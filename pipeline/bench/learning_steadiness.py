@@ -4,8 +4,9 @@ x_pos swings between neighbouring marks by more than most changes to the learner
 so the benchmark sets beside it figures that move far less (one seed can screen an idea):
 
 - from the run's ``metrics.csv``, the steadiness probe's last figures at or before each
-  mark (:mod:`pipeline.learning.steadiness`): train/eval greedy agreement, churn per
-  publish, ``|Q_eval - Q_train|`` and the median action gap;
+  mark (:mod:`pipeline.learning.steadiness`): train/eval greedy agreement (against one
+  batching and against the mean of several), churn per publish, ``|Q_eval - Q_train|``,
+  the median action gap and train mode's agreement with itself;
 - from the mark's evaluation, the values against the returns that followed them
   (:class:`~pipeline.bench.learning_curves.MarkResult`'s ``q_over_return``);
 - from the curve, the median swing of the mean x_pos between consecutive marks from 1M
@@ -36,6 +37,8 @@ STEADINESS_FIELDS: Mapping[str, str] = {
     "steady_churn": "churn",
     "steady_q_offset": "q_offset",
     "steady_action_gap": "action_gap",
+    "steady_expected_agreement": "expected_agreement",
+    "steady_train_agreement": "train_agreement",
 }
 SWING_FROM_FRAMES = 1_000_000
 # The figure of the training episodes' mean x_pos (metrics.csv ``episode_x_pos``).

@@ -13,10 +13,21 @@ stand for what the learner trains on now), :class:`SteadinessProbe` measures:
   a measurement, so this is the change between two consecutive publishes);
 - ``q_offset``: the mean over states and actions of ``|Q_eval - Q_train|``;
 - ``action_gap``: the median over states of the eval-mode gap between the best and the
-  second-best action, the margin ``q_offset`` has to stay below for the two modes to agree.
+  second-best action, the margin ``q_offset`` has to stay below for the two modes to agree;
+- ``expected_agreement``: as ``agreement``, against the train-mode Q-values averaged over
+  ``batchings`` batchings of the probe (each state normalised with other companions in
+  each): the function the loss shapes in expectation over its batches;
+- ``train_agreement``: the share of states whose train-mode greedy action is the same in
+  the first two batchings. A state's train-mode Q depends on the 31 others of its batch,
+  so train mode does not agree with itself everywhere: this is the ceiling that batch
+  noise sets on ``agreement``, which no eval-mode statistics can lift.
+
+The last two are NaN with a single batching.
 
 The train-mode forward runs in chunks of the training batch size, so every state is
-normalised as a training batch would normalise it, and leaves the running statistics as
+normalised as a training batch would normalise it: batching 0 chunks the states in the
+order they were drawn (uniformly, so its chunks are random batches), every further
+batching in a fixed random permutation of them, and leaves the running statistics as
 they were (:func:`~pipeline.learning.batchnorm_stats.preserved_statistics`). All forwards
 are float32 and gradient-free; the figures cost one host sync per measurement. A network
 without BatchNorm computes the same function in both modes: agreement 1, offset 0.
@@ -46,6 +57,8 @@ class SteadinessFigures:
     churn: float = math.nan
     q_offset: float = math.nan
     action_gap: float = math.nan
+    expected_agreement: float = math.nan
+    train_agreement: float = math.nan
 
     def gauges(self) -> dict[str, float]:
         """The monitor's gauges of these figures (:data:`STEADINESS_GAUGES`)."""
@@ -64,16 +77,34 @@ class SteadinessProbe:
         prev_action: their previous actions (int64 ``[N]``), or None for a network without
             that input.
         chunk: states per train-mode forward: the training batch size.
+        batchings: train-mode forwards of the probe per measurement, each with the states
+            chunked in another order (1 = only the drawn order).
+        seed: the seed of the further batchings' permutations.
     """
 
-    def __init__(self, obs: torch.Tensor, prev_action: torch.Tensor | None, chunk: int) -> None:
+    def __init__(
+        self,
+        obs: torch.Tensor,
+        prev_action: torch.Tensor | None,
+        chunk: int,
+        *,
+        batchings: int = 1,
+        seed: int = 0,
+    ) -> None:
         if chunk < 1:
             raise ValueError(f"chunk must be >= 1, got {chunk}")
+        if batchings < 1:
+            raise ValueError(f"batchings must be >= 1, got {batchings}")
         if obs.shape[0] < 2:
             raise ValueError(f"a probe needs at least 2 states, got {obs.shape[0]}")
         self.obs = obs
         self.prev_action = prev_action
         self.chunk = chunk
+        generator = torch.Generator().manual_seed(seed)
+        count = int(obs.shape[0])
+        # Batching k chunks the states in orders[k]; orders[0] is the drawn order.
+        orders = [torch.arange(count)] + [torch.randperm(count, generator=generator) for _ in range(batchings - 1)]
+        self.orders = [order.to(obs.device) for order in orders]
         self._remembered: torch.Tensor | None = None
 
     def __len__(self) -> int:
@@ -89,22 +120,35 @@ class SteadinessProbe:
         finally:
             net.train(was_training)
 
+    @property
+    def batchings(self) -> int:
+        """Train-mode forwards per measurement, each in another order of the states."""
+        return len(self.orders)
+
     @torch.no_grad()
-    def train_q(self, net: nn.Module) -> torch.Tensor:
-        """Train-mode float32 Q-values ``[N, A]``, each chunk normalised by its own
-        statistics; the running statistics are left as they were."""
-        was_training = net.training
+    def train_q(self, net: nn.Module, batching: int = 0) -> torch.Tensor:
+        """Train-mode float32 Q-values ``[N, A]`` in the probe's order, the states chunked
+        in ``batching``'s order and each chunk normalised by its own statistics; the
+        running statistics are left as they were."""
+        order = self.orders[batching]
+        obs = self.obs if batching == 0 else self.obs[order]
         prev = self.prev_action
+        if prev is not None and batching != 0:
+            prev = prev[order]
+        was_training = net.training
         with preserved_statistics(net):
             net.train()
             try:
                 parts = [
-                    self._forward(net, obs, None if prev is None else prev[start : start + self.chunk])
-                    for start, obs in zip(range(0, len(self), self.chunk), self.obs.split(self.chunk))
+                    self._forward(net, chunk, None if prev is None else prev[start : start + self.chunk])
+                    for start, chunk in zip(range(0, len(self), self.chunk), obs.split(self.chunk))
                 ]
             finally:
                 net.train(was_training)
-        return torch.cat(parts)
+        q = torch.cat(parts)
+        if batching == 0:
+            return q
+        return torch.empty_like(q).index_copy_(0, order, q)  # back to the probe's order
 
     def remember(self, net: nn.Module) -> None:
         """Keep ``net``'s eval-mode greedy actions: the next :meth:`measure`'s churn is
@@ -115,9 +159,16 @@ class SteadinessProbe:
         """The figures of ``net`` now (churn against the last :meth:`remember`, NaN
         without one); ``net`` then becomes the remembered one."""
         q_eval = self.eval_q(net)
-        q_train = self.train_q(net)
+        q_trains = [self.train_q(net, batching) for batching in range(self.batchings)]
+        q_train = q_trains[0]
         greedy_eval = q_eval.argmax(dim=1)
         agreement = (greedy_eval == q_train.argmax(dim=1)).float().mean()
+        if len(q_trains) > 1:
+            expected = torch.stack(q_trains).mean(dim=0).argmax(dim=1)
+            expected_agreement = (greedy_eval == expected).float().mean()
+            train_agreement = (q_trains[0].argmax(dim=1) == q_trains[1].argmax(dim=1)).float().mean()
+        else:
+            expected_agreement = train_agreement = torch.tensor(math.nan, device=q_eval.device)
         if self._remembered is not None:
             churn = (greedy_eval != self._remembered).float().mean()
         else:
@@ -129,7 +180,9 @@ class SteadinessProbe:
         else:
             gap = torch.tensor(math.nan, device=q_eval.device)
         self._remembered = greedy_eval
-        figures = torch.stack([agreement, churn, offset, gap]).tolist()  # the one host sync
+        figures = torch.stack(
+            [agreement, churn, offset, gap, expected_agreement, train_agreement]
+        ).tolist()  # one host sync
         return SteadinessFigures(*figures)
 
     @staticmethod

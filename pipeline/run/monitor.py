@@ -392,7 +392,8 @@ class Monitor:
                 for p in node_positions(row)
             )
             + (
-                f" | steady agree {g('steady_agreement'):.3f} churn {g('steady_churn'):.3f}"
+                f" | steady agree {g('steady_agreement'):.3f} (mean {g('steady_expected_agreement'):.3f},"
+                f" train/train {g('steady_train_agreement'):.3f}) churn {g('steady_churn'):.3f}"
                 f" offset {g('steady_q_offset'):.3f} gap {g('steady_action_gap'):.3f}"
                 if not math.isnan(g("steady_agreement"))
                 else ""
@@ -474,6 +475,8 @@ class Monitor:
         right.append(("greedy churn per publish", f("steady_churn", "{:.3f}")))
         left.append(("|Q eval - Q train|", f("steady_q_offset", "{:.3f}")))
         right.append(("median action gap", f("steady_action_gap", "{:.3f}")))
+        left.append(("agreement, batchings' mean", f("steady_expected_agreement", "{:.3f}")))
+        right.append(("train/train agreement", f("steady_train_agreement", "{:.3f}")))
         if row.get("replayed_frames"):  # restarts near the frontier are on
             left.append(("frontier starts (last 100)", f("frontier_start_share", "{:.2f}")))
             right.append(("frames replayed to them", f("replayed_frames")))

@@ -17,10 +17,11 @@ between two measurements (an interval no longer than the publish period) does a
 measurement reuse the previous one's states, so that churn still compares two
 consecutive publishes.
 
-A measurement is a draw of ``steadiness_probe_states`` states and three float32 forwards
-of them (one at the publish before, two at the measurement): about a second on one core
-of a 2-core box for 1,024 states every 2,000 updates, under the learner's ``probe``
-phase in the monitor.
+A measurement is a draw of ``steadiness_probe_states`` states and 2 + ``batchings`` float32
+forwards of them (one at the publish before, an eval-mode one and a train-mode one per
+batching at the measurement): about two seconds on one core of a 2-core box for 1,024
+states and 4 batchings every 2,000 updates, under the learner's ``probe`` phase in the
+monitor.
 Between measurements the gauges keep the last figures (NaN before the first).
 """
 
@@ -56,6 +57,7 @@ def attach_steadiness(learner: Learner, replay: ReplayMemory, cfg: Any) -> Stead
         probe_states=cfg.steadiness_probe_states,
         publish_every=cfg.updates_per_epoch * cfg.model_update_frequency,
         chunk=cfg.batch_size // cfg.grad_accum,
+        batchings=cfg.steadiness_batchings,
         seed=cfg.seed + _PROBE_SEED_OFFSET,
     )
 
@@ -70,6 +72,7 @@ class SteadinessWatch:
         probe_states: states in the probe set.
         publish_every: updates between two publishes.
         chunk: the training batch size (states per train-mode forward).
+        batchings: train-mode forwards per measurement, each in another order of the states.
         seed: the seed of the probe's own generator.
     """
 
@@ -83,6 +86,7 @@ class SteadinessWatch:
         publish_every: int,
         chunk: int,
         seed: int,
+        batchings: int = 1,
     ) -> None:
         self.learner = learner
         self.replay = replay
@@ -90,6 +94,7 @@ class SteadinessWatch:
         self.probe_states = probe_states
         self.publish_every = max(1, publish_every)
         self.chunk = chunk
+        self.batchings = batchings
         self.generator = torch.Generator(device=replay.device).manual_seed(seed)
         self.probe: SteadinessProbe | None = None
         self.figures = SteadinessFigures()
@@ -130,4 +135,7 @@ class SteadinessWatch:
         obs = obs.to(device)
         prev_input = self.learner.settings.prev_action_input
         prev_action = prev.to(device).clamp(max=self.learner.num_actions) if prev_input else None
-        return SteadinessProbe(obs, prev_action, self.chunk)
+        # The further batchings' permutations come from the same generator, so a run's
+        # probes are the same on every machine.
+        permutation_seed = int(torch.randint(2**62, (1,), generator=self.generator, device=self.generator.device))
+        return SteadinessProbe(obs, prev_action, self.chunk, batchings=self.batchings, seed=permutation_seed)

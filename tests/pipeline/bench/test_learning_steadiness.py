@@ -27,8 +27,9 @@ def mark(frames: int, run_frames: int, mean_x_pos: float, q_over_return: float |
 def write_metrics(run: Path, rows: list[tuple[int, str, str]]) -> None:
     """(frames, agreement, churn) rows; the other figures follow from them."""
     run.mkdir(parents=True)
-    lines = ["time_s,frames,steady_agreement,steady_churn,steady_q_offset,steady_action_gap"]
-    lines += [f"{i},{frames},{agree},{churn},0.5,0.25" for i, (frames, agree, churn) in enumerate(rows)]
+    columns = "steady_agreement,steady_churn,steady_q_offset,steady_action_gap"
+    lines = [f"time_s,frames,{columns},steady_expected_agreement,steady_train_agreement"]
+    lines += [f"{i},{frames},{agree},{churn},0.5,0.25,0.97,0.93" for i, (frames, agree, churn) in enumerate(rows)]
     (run / "metrics.csv").write_text("\n".join(lines) + "\n")
 
 
@@ -38,9 +39,10 @@ def test_each_mark_gets_the_last_figures_measured_before_it(tmp_path: Path) -> N
     curve = [mark(500_000, 500_010, 0), mark(1_000_000, 1_000_020, 0), mark(100_000, 100_005, 0)]
     found = steadiness_at_marks(run, curve)
     no_training = {TRAINING_X_POS: None}  # these rows have no episode_x_pos column
-    assert found[500_000] == {"agreement": 0.9, "churn": None, "q_offset": 0.5, "action_gap": 0.25, **no_training}
-    assert found[1_000_000] == {"agreement": 0.96, "churn": 0.3, "q_offset": 0.5, "action_gap": 0.25, **no_training}
-    assert found[100_000] == dict.fromkeys(("agreement", "churn", "q_offset", "action_gap", TRAINING_X_POS))
+    fixed = {"q_offset": 0.5, "action_gap": 0.25, "expected_agreement": 0.97, "train_agreement": 0.93}
+    assert found[500_000] == {"agreement": 0.9, "churn": None, **fixed, **no_training}
+    assert found[1_000_000] == {"agreement": 0.96, "churn": 0.3, **fixed, **no_training}
+    assert found[100_000] == dict.fromkeys(("agreement", "churn", *fixed, TRAINING_X_POS))
 
 
 def test_each_mark_gets_the_training_episodes_x_pos_of_the_last_row_before_it(tmp_path: Path) -> None:
@@ -55,6 +57,7 @@ def test_each_mark_gets_the_training_episodes_x_pos_of_the_last_row_before_it(tm
     found = steadiness_at_marks(run, curve)
     assert [found[m.frames][TRAINING_X_POS] for m in curve] == [None, 812.0, 1458.2]
     assert found[1_000_000]["agreement"] == 0.9  # the probe's last row, not the training one's
+    assert found[1_000_000]["train_agreement"] is None  # a run from before that figure
     figures = run_figures(curve, {}, found)
     assert figures[f"{TRAINING_X_POS}@500000"] == 812.0 and figures[f"{TRAINING_X_POS}@2000000"] is None
 

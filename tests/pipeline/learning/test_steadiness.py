@@ -45,6 +45,16 @@ def hand_figures(net: nn.Sequential, x: torch.Tensor) -> tuple[torch.Tensor, tor
     return q_eval, torch.cat(parts)
 
 
+def hand_train_q_in_order(net: nn.Sequential, x: torch.Tensor, order: torch.Tensor) -> torch.Tensor:
+    """Train-mode Q by hand with the states chunked in ``order``, row i for state i."""
+    q = torch.empty(len(x), ACTIONS)
+    with torch.no_grad():
+        for indices in order.split(CHUNK):
+            h = net[0](x[indices])
+            q[indices] = by_hand(net, x[indices], h.mean(0), h.var(0, unbiased=False))
+    return q
+
+
 def test_each_figure_matches_a_hand_computation() -> None:
     net = small_net()
     x = torch.randn(12, FEATURES, generator=torch.Generator().manual_seed(3)) * 2 + 0.5
@@ -77,12 +87,54 @@ def test_each_figure_matches_a_hand_computation() -> None:
     assert probe.measure(other).churn == 0.0
 
 
+def test_further_batchings_match_a_hand_computation() -> None:
+    net = small_net()
+    x = torch.randn(16, FEATURES, generator=torch.Generator().manual_seed(5)) * 2 + 0.5
+    probe = SteadinessProbe(x, None, CHUNK, batchings=3, seed=11)
+    assert probe.batchings == 3
+    assert torch.equal(probe.orders[0], torch.arange(16))
+    for order in probe.orders[1:]:  # permutations of the states, each another batching
+        assert sorted(order.tolist()) == list(range(16))
+        assert not torch.equal(order, probe.orders[0])
+    q_eval, _ = hand_figures(net, x)
+    q_trains = [hand_train_q_in_order(net, x, order) for order in probe.orders]
+    for batching, q_train in enumerate(q_trains):
+        assert torch.allclose(probe.train_q(net, batching), q_train, atol=1e-5)
+
+    figures = probe.measure(net)
+
+    greedy_eval = q_eval.argmax(1)
+    mean_greedy = torch.stack(q_trains).mean(0).argmax(1)
+    assert figures.agreement == pytest.approx(float((greedy_eval == q_trains[0].argmax(1)).float().mean()))
+    assert figures.expected_agreement == pytest.approx(float((greedy_eval == mean_greedy).float().mean()))
+    train_agreement = float((q_trains[0].argmax(1) == q_trains[1].argmax(1)).float().mean())
+    assert 0 < train_agreement < 1  # batch noise flips some states' greedy action
+    assert figures.train_agreement == pytest.approx(train_agreement)
+    # The same seed gives the same batchings; one batching measures neither new figure.
+    assert all(
+        torch.equal(a, b) for a, b in zip(SteadinessProbe(x, None, CHUNK, batchings=3, seed=11).orders, probe.orders)
+    )
+    single = SteadinessProbe(x, None, CHUNK).measure(net)
+    assert math.isnan(single.expected_agreement) and math.isnan(single.train_agreement)
+    assert single.agreement == figures.agreement
+
+
+def test_the_previous_action_follows_its_state_into_another_batching() -> None:
+    class Echo(nn.Module):
+        def forward(self, obs: torch.Tensor, prev: torch.Tensor) -> torch.Tensor:
+            return nn.functional.one_hot(prev, ACTIONS).float() + 0 * obs.sum(1, keepdim=True)
+
+    prev = torch.tensor([0, 1, 2, 3, 2, 1, 0, 3])
+    probe = SteadinessProbe(torch.zeros(8, FEATURES), prev, chunk=4, batchings=2, seed=3)
+    assert torch.equal(probe.train_q(Echo(), 1).argmax(1), prev)
+
+
 def test_a_network_without_batchnorm_agrees_with_itself() -> None:
     torch.manual_seed(0)
     net = nn.Sequential(nn.Linear(FEATURES, 6), nn.ReLU(), nn.Linear(6, ACTIONS))
     x = torch.randn(10, FEATURES)
-    figures = SteadinessProbe(x, None, CHUNK).measure(net)
-    assert figures.agreement == 1.0
+    figures = SteadinessProbe(x, None, CHUNK, batchings=2).measure(net)
+    assert figures.agreement == figures.expected_agreement == figures.train_agreement == 1.0
     assert figures.q_offset == 0.0
     assert figures.action_gap > 0
 
@@ -102,9 +154,18 @@ def test_the_previous_action_reaches_the_network_chunk_by_chunk() -> None:
 
 
 def test_gauges_and_bad_arguments() -> None:
-    assert STEADINESS_GAUGES == ("steady_agreement", "steady_churn", "steady_q_offset", "steady_action_gap")
+    assert STEADINESS_GAUGES == (
+        "steady_agreement",
+        "steady_churn",
+        "steady_q_offset",
+        "steady_action_gap",
+        "steady_expected_agreement",
+        "steady_train_agreement",
+    )
     assert all(math.isnan(v) for v in SteadinessFigures().gauges().values())
     with pytest.raises(ValueError, match="at least 2 states"):
         SteadinessProbe(torch.zeros(1, FEATURES), None, CHUNK)
     with pytest.raises(ValueError, match="chunk"):
         SteadinessProbe(torch.zeros(4, FEATURES), None, 0)
+    with pytest.raises(ValueError, match="batchings"):
+        SteadinessProbe(torch.zeros(4, FEATURES), None, CHUNK, batchings=0)

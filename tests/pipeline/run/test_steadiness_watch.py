@@ -51,6 +51,25 @@ def test_the_watch_measures_at_each_interval_and_remembers_the_publish_before() 
     assert watch.figures.agreement <= 1.0 and not math.isnan(watch.figures.q_offset)
 
 
+def test_the_watch_measures_with_its_batchings_drawn_from_its_own_generator() -> None:
+    torch.manual_seed(0)
+    learner = Learner(NUM_ACTIONS, LearnerSettings(compile=False, amp=False))
+
+    def watched() -> SteadinessWatch:
+        watch = SteadinessWatch(
+            learner, StatesOnly(), interval=20, probe_states=16, publish_every=10, chunk=8, seed=1, batchings=3
+        )
+        assert watch.at_publish(10) is False and watch.at_publish(20) is True
+        return watch
+
+    first, second = watched(), watched()
+    assert first.probe is not None and second.probe is not None
+    assert first.probe.batchings == 3
+    assert all(torch.equal(a, b) for a, b in zip(first.probe.orders, second.probe.orders))  # seeded: repeatable
+    assert 0.0 <= first.figures.expected_agreement <= 1.0
+    assert 0.0 <= first.figures.train_agreement <= 1.0
+
+
 def test_each_measurement_uses_the_states_drawn_at_the_publish_before_it() -> None:
     """A probe drawn once drifts out of the replay; the watch draws new states for each
     remember/measure pair and measures on exactly the states it remembered."""
@@ -104,8 +123,17 @@ def test_a_training_run_writes_the_steadiness_figures_to_metrics_csv(tmp_path: P
         rows = list(csv.DictReader(handle))
     measured = [row for row in rows if row["steady_agreement"] not in ("", "nan")]
     assert measured, "no steadiness figures in metrics.csv"
-    last = {key: float(measured[-1][key]) for key in ("steady_agreement", "steady_churn", "steady_q_offset")}
+    keys = (
+        "steady_agreement",
+        "steady_churn",
+        "steady_q_offset",
+        "steady_expected_agreement",
+        "steady_train_agreement",
+    )
+    last = {key: float(measured[-1][key]) for key in keys}
     assert 0.5 <= last["steady_agreement"] <= 1.0, last
+    assert 0.5 <= last["steady_expected_agreement"] <= 1.0, last  # the default's 4 batchings
+    assert 0.0 <= last["steady_train_agreement"] <= 1.0, last
     assert 0.0 <= last["steady_churn"] <= 1.0, last
     assert last["steady_q_offset"] >= 0.0, last
     assert "learner_probe_pct" in rows[-1]
