@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from pipeline.run.monitor import LEARNER_PHASES
+from pipeline.run.monitor_keys import LEARNER_PHASES
 
 TARGET_EFFICIENCY = 0.90
 TARGET_RECORDS_PER_S = 50_000.0
@@ -39,7 +39,7 @@ def _spec(label: str, fmt: str, meaning: str, target: tuple[str, float] | None =
     return FigureSpec(label, fmt, meaning, target)
 
 
-# One entry per phase of pipeline.run.monitor.COLLECTOR_PHASES, plus "other" (the rest of
+# One entry per phase of pipeline.transport.ring.COLLECTOR_PHASES, plus "other" (the rest of
 # the wall time); a test checks that they still match.
 PHASE_MEANING = {
     "emulate": "% of wall time in the emulator (env.step minus preprocessing)",

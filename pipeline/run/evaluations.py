@@ -18,7 +18,8 @@ from typing import Any
 
 from config import Config
 from pipeline.run.evaluator import Evaluator
-from pipeline.run.monitor import EVAL_GAUGES, EVAL_RESULT_FIELDS, Monitor
+from pipeline.run.monitor import Monitor
+from pipeline.run.monitor_keys import EVAL_GAUGES, EVAL_RESULT_FIELDS
 from pipeline.run.procstats import process_stats
 
 logger = logging.getLogger("mario.trainer")

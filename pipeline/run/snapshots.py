@@ -23,8 +23,7 @@ import torch
 from pipeline.learning.learner import Learner
 from pipeline.run.consolidator import Consolidator
 from pipeline.run.evaluations import Evaluations
-from pipeline.run.monitor import (
-    COLLECTOR_PHASES,
+from pipeline.run.monitor_keys import (
     CounterKey,
     LearnerPhase,
     collector_phase_key,
@@ -34,7 +33,7 @@ from pipeline.run.monitor import (
 from pipeline.run.procstats import process_stats
 from pipeline.run.supervisor import Supervisor
 from pipeline.transport.episodes import EpisodeSummary
-from pipeline.transport.ring import SlotCounters, TransitionRing
+from pipeline.transport.ring import COLLECTOR_PHASES, SlotCounters, TransitionRing
 
 NAN = float("nan")
 

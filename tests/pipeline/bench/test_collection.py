@@ -6,7 +6,7 @@ import pytest
 
 from pipeline.bench.figures import FIGURES, PHASE_MEANING
 from pipeline.bench.parts_collection import collection_figures
-from pipeline.run.monitor import COLLECTOR_PHASES
+from pipeline.transport.ring import COLLECTOR_PHASES
 
 
 def _window():

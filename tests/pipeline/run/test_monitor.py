@@ -1,6 +1,6 @@
 """The throughput monitor on snapshots made here: rates over trailing windows, a bounded
-history, the CSV and TensorBoard rows, and the evaluator's figures in the log line and
-the live table."""
+history, the CSV and TensorBoard rows, and the live table on a terminal while log lines
+arrive."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from rich.console import Console
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from pipeline.run.monitor import Monitor, RateHistory, Snapshot
+from pipeline.run.monitor_view import log_line
 
 NAN = float("nan")
 
@@ -58,9 +59,9 @@ def test_csv_tensorboard_and_log_line_carry_the_evaluator_figures(tmp_path):
     monitor = Monitor(tmp_path, mode="log", interval_s=1.0)
     try:
         first = monitor.update(snap(1.0, 100.0))
-        assert "eval return" not in Monitor.log_line(first)  # no evaluation yet: not shown
+        assert "eval return" not in log_line(first)  # no evaluation yet: not shown
         row = monitor.update(snap(2.0, 300.0, evaluations=1, eval_return=42.5))
-        assert "eval return 42.5" in Monitor.log_line(row)
+        assert "eval return 42.5" in log_line(row)
         assert math.isclose(row["frames_per_s"], 200.0)
     finally:
         monitor.close()
@@ -70,58 +71,6 @@ def test_csv_tensorboard_and_log_line_carry_the_evaluator_figures(tmp_path):
     assert rows[0]["eval_return"] == "nan" and rows[1]["eval_return"] == "42.5"
     events = EventAccumulator(str(tmp_path / "tensorboard")).Reload()
     assert [(e.step, e.value) for e in events.Scalars("eval_return")] == [(300, 42.5)]  # NaN is not written
-
-
-def test_live_table_shows_the_evaluator_rows(tmp_path):
-    monitor = Monitor(tmp_path, mode="off", interval_s=1.0, tensorboard=False)
-    row = monitor.update(
-        snap(1.0, 100.0, evaluations=3, eval_return=1052.0, eval_x_pos=1234.5, eval_median_x_pos=898.0)
-    )
-    out = io.StringIO()
-    Console(file=out, width=160).print(monitor._render_table(row, [], "running"))
-    text = out.getvalue()
-    assert "eval return" in text and "1052.0" in text and "evaluations" in text
-    assert "1,234 / 898" in text  # mean and median x_pos of the evaluation's episodes
-    monitor.close()
-
-
-def test_frontier_starts_show_only_when_on(tmp_path):
-    monitor = Monitor(tmp_path, mode="off", interval_s=1.0, tensorboard=False)
-    try:
-        off = monitor.update(snap(1.0, 100.0))
-        on = snap(2.0, 300.0)
-        on.counters["replayed_frames"] = 4321.0
-        on.gauges["frontier_start_share"] = 0.48
-        on = monitor.update(on)
-    finally:
-        monitor.close()
-    assert "frontier" not in Monitor.log_line(off)
-    assert "frontier starts 0.48 replayed 4321 frames" in Monitor.log_line(on)
-    for row, shown in ((off, False), (on, True)):
-        out = io.StringIO()
-        Console(file=out, width=160).print(monitor._render_table(row, [], "running"))
-        assert ("frames replayed to them" in out.getvalue()) is shown
-    assert "4,321" in out.getvalue() and "0.48" in out.getvalue()
-
-
-def test_the_ray_backends_per_node_figures_show_in_the_log_line_and_the_table(tmp_path):
-    from pipeline.run.monitor import NODE_GAUGES, node_gauge_key, node_positions
-
-    monitor = Monitor(tmp_path, mode="off", interval_s=1.0, tensorboard=False)
-    nodes = Snapshot(time=1.0, counters={"frames": 10.0}, gauges={})
-    for position, live in ((0, 1.0), (1, 0.0)):
-        values = dict(zip(NODE_GAUGES, (812.0, 4.2, 3.5, 1.0, 128.0, live, 97.0)))
-        nodes.gauges.update({node_gauge_key(position, key): value for key, value in values.items()})
-    row = monitor.update(nodes)
-    assert node_positions(row) == [0, 1] and node_positions({}) == []
-    line = Monitor.log_line(row)
-    assert "node0 812 frames/s pull 4 ms 3.5 MB restarts 1 lost 128" in line and "node1" in line
-    assert line.count("(down)") == 1
-    out = io.StringIO()
-    Console(file=out, width=160).print(monitor._render_table(row, [], "running"))
-    text = out.getvalue()
-    assert "in flight MB" in text and "down" in text and "812" in text
-    monitor.close()
 
 
 CSI = re.compile(r"\x1b\[([?0-9;]*)([A-Za-z])")

@@ -12,7 +12,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from pipeline.run import monitor as M
+from pipeline.run import monitor_keys as M
 from pipeline.run.evaluations import Evaluations
 from pipeline.run.run_checkpoints import MIN_EPISODES_FOR_BEST, rolling_return
 from pipeline.run.snapshots import (
@@ -46,7 +46,6 @@ def test_names_are_the_csv_and_tensorboard_names():
         "epochs",
         "replayed_frames",
     )
-    assert M.COLLECTOR_PHASES is R.COLLECTOR_PHASES
     assert M.LEARNER_PHASES == ("wait", "sample", "update", "publish", "probe", "consolidate")
     assert M.collector_phase_key("stall") == "collector_stall_ns"
     assert M.learner_phase_key("update") == "learner_update_ns"
