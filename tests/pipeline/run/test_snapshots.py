@@ -14,6 +14,7 @@ import pytest
 
 from pipeline.run import monitor_keys as M
 from pipeline.run.evaluations import Evaluations
+from pipeline.run.monitor import Monitor, Snapshot
 from pipeline.run.run_checkpoints import MIN_EPISODES_FOR_BEST, rolling_return
 from pipeline.run.snapshots import (
     collector_rows,
@@ -169,12 +170,12 @@ def test_eval_gauges_come_in_the_declared_order():
 
 
 def test_the_monitor_row_derives_phase_shares_in_the_csv_order(tmp_path):
-    monitor = M.Monitor(tmp_path, mode="off", interval_s=1.0, tensorboard=False)
+    monitor = Monitor(tmp_path, mode="off", interval_s=1.0, tensorboard=False)
     try:
         for t in (0.0, 1.0):
             counters = {M.collector_phase_key(p): t * 1e9 for p in R.COLLECTOR_PHASES}
             counters.update({M.learner_phase_key(p): t * 0.5e9 for p in M.LEARNER_PHASES})
-            row = monitor.update(M.Snapshot(time=t, counters=counters, gauges={"replay_size": 1.0}, collectors=[{}]))
+            row = monitor.update(Snapshot(time=t, counters=counters, gauges={"replay_size": 1.0}, collectors=[{}]))
     finally:
         monitor.close()
     rates = [f"{k}{suffix}" for k in M.RATE_COUNTERS for suffix in ("_per_s", "_per_s_60s", "_per_s_run", "")]
