@@ -276,7 +276,11 @@ class Monitor:
             if self._csv_resume:
                 with self.csv_path.open(newline="") as existing:
                     header = next(csv.reader(existing), None)
-                fieldnames = header or fieldnames
+                if header:
+                    new_columns = [key for key in fieldnames if key not in header]
+                    fieldnames = header + new_columns
+                    if new_columns:
+                        self._widen_csv(fieldnames, new_columns)
             self._csv_file = self.csv_path.open("a" if self._csv_resume else "w", newline="")
             self._csv_writer = csv.DictWriter(self._csv_file, fieldnames=fieldnames, extrasaction="ignore")
             if not self._csv_resume:
@@ -284,6 +288,19 @@ class Monitor:
         self._csv_writer.writerow({k: row.get(k, "") for k in self._csv_writer.fieldnames})
         assert self._csv_file is not None
         self._csv_file.flush()
+
+    def _widen_csv(self, fieldnames: list[str], new_columns: list[str]) -> None:
+        """Give the resumed run's CSV the columns this version adds (its earlier rows leave
+        them empty), once, before the first new row: else a run resumed by a newer version
+        would drop its new figures from the CSV. Written beside it and renamed over it, so
+        a crash meanwhile leaves the old file whole."""
+        widened = self.csv_path.with_name(self.csv_path.name + ".widening")
+        with self.csv_path.open(newline="") as old, widened.open("w", newline="") as new:
+            writer = csv.DictWriter(new, fieldnames=fieldnames)
+            writer.writeheader()
+            writer.writerows(csv.DictReader(old))  # one pass, row by row: no copy in memory
+        os.replace(widened, self.csv_path)
+        logger.info("metrics.csv: %d new column(s) from here on (%s)", len(new_columns), ", ".join(new_columns))
 
     def _write_tensorboard(self, row: dict[str, float], step: int) -> None:
         if self.writer is None:

@@ -73,6 +73,32 @@ def test_csv_tensorboard_and_log_line_carry_the_evaluator_figures(tmp_path):
     assert [(e.step, e.value) for e in events.Scalars("eval_return")] == [(300, 42.5)]  # NaN is not written
 
 
+def test_a_resumed_csv_gains_the_columns_a_newer_version_adds(tmp_path):
+    """A run resumed by a version that reports more figures keeps its earlier rows and
+    adds the new columns, empty in those rows, rather than dropping the new figures."""
+    first = Monitor(tmp_path, mode="off", interval_s=1.0, tensorboard=False)
+    try:
+        first.update(snap(1.0, 100.0))
+    finally:
+        first.close()
+    resumed = Monitor(tmp_path, mode="off", interval_s=1.0, resume=True, tensorboard=False)
+    try:
+        newer = snap(2.0, 300.0)
+        newer.gauges["steady_train_agreement"] = 0.93  # a figure the first version did not write
+        resumed.update(newer)
+        resumed.update(snap(3.0, 500.0))
+    finally:
+        resumed.close()
+    with (tmp_path / "metrics.csv").open(newline="") as handle:
+        header = next(csv.reader(handle))
+        handle.seek(0)
+        rows = list(csv.DictReader(handle))
+    assert header[-1] == "steady_train_agreement" and header.count("frames") == 1
+    assert [r["frames"] for r in rows] == ["100.0", "300.0", "500.0"]  # nothing lost
+    assert [r["steady_train_agreement"] for r in rows] == ["", "0.93", ""]
+    assert [p.name for p in tmp_path.iterdir()] == ["metrics.csv"]  # the widening copy renamed over it
+
+
 CSI = re.compile(r"\x1b\[([?0-9;]*)([A-Za-z])")
 
 
