@@ -29,12 +29,9 @@ When it looks for new weights it also looks at the weights block's hold: with
 not started is that many frames overdue, and the collector waits (counted as stall).
 
 With ``frontier_start_share`` > 0 a share of episodes start at a point of the collector's
-furthest trajectory so far (:mod:`~pipeline.learning.frontier`): the env resets as usual
-and replays the recorded actions up to that point (with ``frontier_point_episodes`` > 1,
-on its second emulator, which saves the point and restores it for that many episodes);
-only what follows is recorded, as an episode of its own (a START record, no previous
-action), and the frames stepped to get there are counted in the home slot's
-``replayed_frames``.
+furthest trajectory so far, reached by replaying its recorded actions
+(:mod:`~pipeline.run.frontier_starts`); only what follows is recorded, as an episode of its
+own (a START record, no previous action).
 """
 
 from __future__ import annotations
@@ -51,6 +48,8 @@ import numpy as np
 
 from config import Config
 from pipeline.learning.frontier import EpisodeTrace, FrontierArchive, stage_signature
+from pipeline.run.env_stream import EnvStream
+from pipeline.run.frontier_starts import FrontierStarter
 from pipeline.transport import episodes as episode_channel
 from pipeline.transport import ring as R
 from pipeline.transport.records import FLAG_FINAL, FLAG_START, FLAG_TERMINATED, FLAG_TRUNCATED
@@ -65,7 +64,6 @@ ENV_ERROR_BACKOFF_S = 5.0
 PARENT_CHECK_STEPS = 256
 MAX_TRACE_STEPS = 20_000  # longest episode kept for frontier starts when episodes are unlimited
 HOLD_CHECK_S = 0.01  # how often a collector held for the evaluator looks again
-REPLAY_BEAT_STEPS = 32  # replayed agent steps between heartbeats (~0.1 s on a free core)
 
 
 @dataclass
@@ -121,31 +119,6 @@ def _make_logger(args: CollectorArgs) -> logging.Logger:
         logger.addHandler(handler)
     logger.setLevel(logging.INFO)
     return logger
-
-
-class EnvStream:
-    """One environment of a collector and the ring slot it writes to."""
-
-    def __init__(self, env, slot: R.Slot, seed: int, stack: np.ndarray) -> None:
-        self.env = env
-        self.slot = slot
-        self.counters = slot.counters
-        self.seed = seed
-        self.stack = stack  # a view into the collector's (K, S, 84, 84) batch
-        self.needs_reset = True
-        self.first_reset = True
-        self.flags = 0
-        self.episode_return = 0.0
-        self.episode_steps = 0
-        # Carry on from the slot's counters: a restarted collector continues the totals.
-        self.steps = self.counters.steps
-        self.frames = self.counters.frames
-        self.episodes = self.counters.episodes
-        self.preprocess_done_ns = 0  # preprocessing time of envs of this stream already replaced
-        self.trace: EpisodeTrace | None = None  # the episode's actions from the level's start
-        self.replayed_steps = 0  # steps replayed to this episode's start point
-        self.point_trace: EpisodeTrace | None = None  # the trace up to the point its env saved
-        self.point_uses_left = 0  # frontier starts left from that point
 
 
 class Collector:
@@ -206,6 +179,7 @@ class Collector:
         )
         # Restarts near the frontier: the collector's furthest trajectory, each env's trace.
         self.frontier: FrontierArchive | None = None
+        self.frontier_starter: FrontierStarter | None = None
         if self.cfg.frontier_start_share > 0:
             self.frontier = FrontierArchive(
                 self.cfg.frontier_start_share,
@@ -219,7 +193,9 @@ class Collector:
             capacity = self.cfg.max_episode_steps or MAX_TRACE_STEPS
             for stream in self.streams:
                 stream.trace, stream.point_trace = EpisodeTrace(capacity), EpisodeTrace(capacity)
-        self.replay_mismatch_logged = False
+            self.frontier_starter = FrontierStarter(
+                self.frontier, self.cfg, self.counters, self.weights, logger, args.slot
+            )
         self.loader = StateLoader(self.model)
         if self.loader.num_floats != self.weights.num_floats:
             raise RuntimeError(
@@ -333,9 +309,13 @@ class Collector:
         try:
             obs, _ = stream.env.reset(seed=stream.seed if stream.first_reset else None)
             stream.replayed_steps = 0
-            if stream.trace is not None:
+            if self.frontier_starter is not None:
+                assert stream.trace is not None
                 stream.trace.clear()
-                obs = self._go_to_frontier(stream, obs)
+                start = self.frontier_starter.start(stream, obs)
+                if start is None:
+                    raise _Stop
+                obs = start
         except _Stop:
             raise
         except Exception:  # noqa: BLE001 - see _env_failed
@@ -349,65 +329,6 @@ class Collector:
         stream.episode_return = 0.0
         stream.episode_steps = 0
         return True
-
-    def _go_to_frontier(self, stream: EnvStream, obs: np.ndarray) -> np.ndarray:
-        """Maybe start the episode at a point of the furthest trajectory; return the
-        observation it starts from.
-
-        A new point is reached by replaying a prefix of the trajectory from the level's
-        start (on the env's point emulator when points are kept for several episodes);
-        a kept point is restored. The prefix goes into the env's trace (the episode is
-        still counted from the level's start), the frames stepped into
-        ``replayed_frames``; none is recorded. Should the replay end an episode (the stage
-        did not replay the same way), the env starts at the level's start instead.
-        """
-        assert self.frontier is not None and stream.trace is not None and stream.point_trace is not None
-        steps = self.frontier.draw_restart()
-        if steps == 0:
-            return obs
-        env, trace = stream.env, stream.trace
-        keep_points = self.cfg.frontier_point_episodes > 1
-        if keep_points and stream.point_uses_left > 0:
-            stream.point_uses_left -= 1
-            trace.copy_from(stream.point_trace)
-            stream.replayed_steps = trace.length
-            return env.reset(options={"start": "point"})[0]
-        if keep_points:
-            env.reset(options={"start": "new_point"})
-            inner = env.unwrapped
-            self.counters.replayed_frames += inner.point_frames  # the start screen, after a power cycle
-            inner.point_frames = 0
-        for step, action in enumerate(self.frontier.actions[:steps].tolist()):
-            if step % REPLAY_BEAT_STEPS == 0:
-                # A long trajectory takes seconds to replay (more on a busy core): the
-                # supervisor must not take it for a hang, nor wait for it to stop the run.
-                self.counters.beat()
-                if self.weights.stop_requested:
-                    raise _Stop
-            obs, _, terminated, truncated, info = env.step(action)
-            self.counters.replayed_frames += self.cfg.frame_skip
-            trace.append(action, int(info["x_pos"]))
-            if terminated or truncated:
-                if not self.replay_mismatch_logged:
-                    self.replay_mismatch_logged = True
-                    self.logger.warning(
-                        "collector %d: replaying %d recorded steps ended the episode at step %d; "
-                        "that env starts at the level's start this time",
-                        self.args.slot,
-                        steps,
-                        trace.length,
-                    )
-                trace.clear()
-                return env.reset()[0]
-        stream.replayed_steps = steps
-        if keep_points:
-            env.unwrapped.save_point()
-            stream.point_trace.copy_from(trace)
-            stream.point_uses_left = self.cfg.frontier_point_episodes - 1
-            # From the point just saved: the wrappers' counters start afresh, as for every
-            # later episode from it.
-            obs = env.reset(options={"start": "point"})[0]
-        return obs
 
     def _preprocess_total(self) -> int:
         return sum(s.preprocess_done_ns + self._preprocess_ns(s.env) for s in self.streams)

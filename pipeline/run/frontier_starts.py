@@ -1,0 +1,105 @@
+"""Frontier starts in a collector: an episode that begins at a point of the furthest
+trajectory so far, reached by replaying its recorded actions.
+
+With ``frontier_start_share`` > 0 a share of a collector's episodes start near the
+frontier (:class:`~pipeline.learning.frontier.FrontierArchive` keeps the trajectory and
+draws the start). The env resets as usual and replays the recorded actions up to that
+point; with ``frontier_point_episodes`` > 1 it does so on its second emulator, which saves
+the point and restores it for that many episodes. Only what follows is recorded, as an
+episode of its own; the frames stepped to get there are counted in the home slot's
+``replayed_frames``.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+
+from config import Config
+from pipeline.learning.frontier import FrontierArchive
+from pipeline.run.env_stream import EnvStream
+from pipeline.transport import ring as R
+from pipeline.transport.weights import WeightsBlock
+
+REPLAY_BEAT_STEPS = 32  # replayed agent steps between heartbeats (~0.1 s on a free core)
+
+
+class FrontierStarter:
+    """Takes a collector's freshly reset envs to their episode's start point."""
+
+    def __init__(
+        self,
+        archive: FrontierArchive,
+        cfg: Config,
+        counters: R.SlotCounters,
+        weights: WeightsBlock,
+        logger: logging.Logger,
+        collector_index: int,
+    ) -> None:
+        self.archive = archive
+        self.cfg = cfg
+        self.counters = counters  # the collector's home slot: heartbeat and replayed frames
+        self.weights = weights
+        self.logger = logger
+        self.collector_index = collector_index
+        self.mismatch_logged = False  # a replay that ended its episode is logged once
+
+    def start(self, stream: EnvStream, obs: np.ndarray) -> np.ndarray | None:
+        """Maybe start the episode at a point of the furthest trajectory; return the
+        observation it starts from, or None when the run is stopping mid-replay.
+
+        A new point is reached by replaying a prefix of the trajectory from the level's
+        start (on the env's point emulator when points are kept for several episodes);
+        a kept point is restored. The prefix goes into the env's trace (the episode is
+        still counted from the level's start), the frames stepped into
+        ``replayed_frames``; none is recorded. Should the replay end an episode (the stage
+        did not replay the same way), the env starts at the level's start instead.
+        """
+        assert stream.trace is not None and stream.point_trace is not None
+        steps = self.archive.draw_restart()
+        if steps == 0:
+            return obs
+        env, trace = stream.env, stream.trace
+        keep_points = self.cfg.frontier_point_episodes > 1
+        if keep_points and stream.point_uses_left > 0:
+            stream.point_uses_left -= 1
+            trace.copy_from(stream.point_trace)
+            stream.replayed_steps = trace.length
+            return env.reset(options={"start": "point"})[0]
+        if keep_points:
+            env.reset(options={"start": "new_point"})
+            inner = env.unwrapped
+            self.counters.replayed_frames += inner.point_frames  # the start screen, after a power cycle
+            inner.point_frames = 0
+        for step, action in enumerate(self.archive.actions[:steps].tolist()):
+            if step % REPLAY_BEAT_STEPS == 0:
+                # A long trajectory takes seconds to replay (more on a busy core): the
+                # supervisor must not take it for a hang, nor wait for it to stop the run.
+                self.counters.beat()
+                if self.weights.stop_requested:
+                    return None
+            obs, _, terminated, truncated, info = env.step(action)
+            self.counters.replayed_frames += self.cfg.frame_skip
+            trace.append(action, int(info["x_pos"]))
+            if terminated or truncated:
+                if not self.mismatch_logged:
+                    self.mismatch_logged = True
+                    self.logger.warning(
+                        "collector %d: replaying %d recorded steps ended the episode at step %d; "
+                        "that env starts at the level's start this time",
+                        self.collector_index,
+                        steps,
+                        trace.length,
+                    )
+                trace.clear()
+                return env.reset()[0]
+        stream.replayed_steps = steps
+        if keep_points:
+            env.unwrapped.save_point()
+            stream.point_trace.copy_from(trace)
+            stream.point_uses_left = self.cfg.frontier_point_episodes - 1
+            # From the point just saved: the wrappers' counters start afresh, as for every
+            # later episode from it.
+            obs = env.reset(options={"start": "point"})[0]
+        return obs
