@@ -405,7 +405,7 @@ class ReplayMemory:
         ``prioritized=None`` takes the file's. Raises :class:`ReplayFileError` like :meth:`restore`.
         """
         with ReplayReader(path) as reader:
-            geo = _file_geometry(reader)
+            geo = reader.geometry()
             memory = cls(
                 geo["num_streams"] * geo["capacity_per_stream"],
                 geo["num_streams"],
@@ -423,12 +423,7 @@ class ReplayMemory:
         return memory
 
     def _restore_from(self, reader: ReplayReader) -> None:
-        geo = _file_geometry(reader)
-        if geo != self.geometry:
-            raise reader.error(
-                f"geometry mismatch: the file holds a replay of {_describe(geo)}, "
-                f"this memory is {_describe(self.geometry)}"
-            )
+        reader.require_geometry(self.geometry)
         n, c = self.num_streams, self.capacity_per_stream
         count = reader.read("count", np.int64, (n,))
         if (count < 0).any() or int(count.sum()) != reader.header_value("inserted", int):
@@ -490,21 +485,6 @@ class ReplayMemory:
         self._reset_counters()
         for t in (self._frames, self._actions, self._rewards, self._flags):
             t.zero_()
-
-
-def _file_geometry(reader: ReplayReader) -> dict[str, Any]:
-    """The geometry in a replay file's header, type- and range-checked."""
-    geo = {
-        key: reader.header_value(key, int) for key in ("num_streams", "capacity_per_stream", "frame_stack", "n_step")
-    }
-    geo["gamma"] = float(reader.header_value("gamma", (int, float)))
-    if min(geo["num_streams"], geo["capacity_per_stream"], geo["frame_stack"], geo["n_step"]) < 1:
-        raise reader.error(f"bad geometry {_describe(geo)}")
-    return geo
-
-
-def _describe(geometry: dict[str, Any]) -> str:
-    return ", ".join(f"{key}={value}" for key, value in geometry.items())
 
 
 def _read_tensor(reader: ReplayReader, name: str, dst: torch.Tensor) -> None:

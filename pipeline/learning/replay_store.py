@@ -29,7 +29,7 @@ import numpy as np
 
 from pipeline.common.files import atomic_write
 
-__all__ = ["FORMAT_NAME", "FORMAT_VERSION", "ReplayFileError", "ReplayReader", "write_replay_file"]
+__all__ = ["FORMAT_NAME", "FORMAT_VERSION", "ReplayFileError", "ReplayReader", "describe_geometry", "write_replay_file"]
 
 FORMAT_NAME = "mario-dqn-replay"
 FORMAT_VERSION = 1
@@ -121,6 +121,26 @@ class ReplayReader:
             raise self.error(f"header field {key!r} is {value!r}")
         return value
 
+    def geometry(self) -> dict[str, Any]:
+        """The replay's geometry in the header (the keys of ``ReplayMemory.geometry``),
+        type- and range-checked."""
+        geo = {
+            key: self.header_value(key, int) for key in ("num_streams", "capacity_per_stream", "frame_stack", "n_step")
+        }
+        geo["gamma"] = float(self.header_value("gamma", (int, float)))
+        if min(geo["num_streams"], geo["capacity_per_stream"], geo["frame_stack"], geo["n_step"]) < 1:
+            raise self.error(f"bad geometry {describe_geometry(geo)}")
+        return geo
+
+    def require_geometry(self, expected: dict[str, Any]) -> None:
+        """Raise unless the file's geometry equals ``expected`` (the memory restoring it)."""
+        geo = self.geometry()
+        if geo != expected:
+            raise self.error(
+                f"geometry mismatch: the file holds a replay of {describe_geometry(geo)}, "
+                f"this memory is {describe_geometry(expected)}"
+            )
+
     def read(self, name: str, dtype: np.dtype | type, shape: tuple[int, ...]) -> np.ndarray:
         """Member ``name`` as a new array, which must have exactly ``dtype`` and ``shape``."""
         out = np.empty(shape, dtype=dtype)
@@ -161,3 +181,8 @@ class ReplayReader:
             raise
         except _READ_ERRORS as exc:
             raise self.error(f"cannot read {name!r} ({type(exc).__name__}: {exc})") from exc
+
+
+def describe_geometry(geometry: dict[str, Any]) -> str:
+    """``key=value, ...``: a geometry as error messages name it."""
+    return ", ".join(f"{key}={value}" for key, value in geometry.items())

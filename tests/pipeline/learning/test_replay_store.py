@@ -295,3 +295,16 @@ def test_wrong_member_dtype_or_shape_is_rejected_before_reading(tmp_path):
     with pytest.raises(ReplayFileError, match="num_streams"):
         ReplayMemory.load(path)
     assert torch.equal(mem._count_dev, torch.from_numpy(mem._count))  # untouched by all of it
+
+
+def test_header_geometry_is_range_checked(tmp_path):
+    """A header whose geometry is out of range is refused by name, before any memory is built."""
+    mem, _, _ = filled_memory()
+    header = dict(mem.geometry, prioritized=False, alpha=0.6, beta=0.4, eps=1e-6, inserted=0, rng_device="cpu")
+    path = tmp_path / "r.npz"
+    write_replay_file(path, header, [])
+    with ReplayReader(path) as reader:
+        assert reader.geometry() == mem.geometry
+    write_replay_file(path, dict(header, frame_stack=0), [])
+    with pytest.raises(ReplayFileError, match="bad geometry .*frame_stack=0"):
+        ReplayMemory.load(path)
