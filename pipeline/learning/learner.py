@@ -89,22 +89,9 @@ from pipeline.learning.batchnorm_stats import (
     recalibrate,
     set_momentum,
 )
-
-# CompileFallbackWarning is re-exported (``X as X``): it was defined here, and callers and
-# tests import it from here.
-from pipeline.learning.learner_compile import CompileFallbackWarning as CompileFallbackWarning
 from pipeline.learning.learner_compile import first_compiled_update, warm_up
 from pipeline.learning.learner_device import BatchLike, batch_to_device, pick_amp_dtype, resolve_device, to_device
-
-# LearnerSettings is re-exported (``X as X``): it was defined here, and callers import it from here.
-from pipeline.learning.learner_settings import LearnerSettings as LearnerSettings
-
-__all__ = [
-    "BatchLike",
-    "CompileFallbackWarning",
-    "Learner",
-    "LearnerSettings",
-]
+from pipeline.learning.learner_settings import LearnerSettings
 
 logger = logging.getLogger(__name__)
 

@@ -62,7 +62,7 @@ def learner_spec(
     from dataclasses import asdict
 
     import envs
-    from pipeline.learning.learner import LearnerSettings
+    from pipeline.learning.learner_settings import LearnerSettings
 
     overrides = dict(overrides or {})
     unknown = [v for v in variants if v not in LEARNER_VARIANTS and v not in overrides]
@@ -148,7 +148,8 @@ def _measure_learners(spec: dict[str, Any]) -> dict[str, float]:
     """Warm every variant up, then time them in rounds; updates/s, samples/s and speed-ups."""
     import torch
 
-    from pipeline.learning.learner import Learner, LearnerSettings
+    from pipeline.learning.learner import Learner
+    from pipeline.learning.learner_settings import LearnerSettings
 
     torch.set_num_threads(spec["threads"])
     torch.manual_seed(spec["seed"])
@@ -215,7 +216,8 @@ def _batch_worker(conn: Connection, spec: dict[str, Any], batch_sizes: list[int]
     """Spawn target: one eager learner timed at each batch size."""
     import torch
 
-    from pipeline.learning.learner import Learner, LearnerSettings
+    from pipeline.learning.learner import Learner
+    from pipeline.learning.learner_settings import LearnerSettings
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     torch.set_num_threads(spec["threads"])

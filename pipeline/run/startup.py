@@ -35,8 +35,9 @@ from config import SAVED_BEFORE, Config, resolve_config
 from pipeline.common.errors import UserError
 from pipeline.learning.checkpoint import CHECKPOINT_PATTERN, CheckpointError, check_compatible, load_checkpoint
 from pipeline.learning.flat_state import state_numel
-from pipeline.learning.learner import Learner, LearnerSettings
+from pipeline.learning.learner import Learner
 from pipeline.learning.learner_choice import choose_learner
+from pipeline.learning.learner_settings import LearnerSettings
 from pipeline.learning.policy import network_of
 from pipeline.learning.replay import ReplayFileError, ReplayMemory
 from pipeline.learning.replay_store import ReplayReader

@@ -13,7 +13,8 @@ import torch
 
 from config import Config
 from pipeline.learning.checkpoint import save_checkpoint
-from pipeline.learning.learner import Learner, LearnerSettings
+from pipeline.learning.learner import Learner
+from pipeline.learning.learner_settings import LearnerSettings
 from pipeline.learning.policy import load_policy
 from pipeline.run.run_checkpoints import mark_payload
 from tests.pipeline.learning.test_batchnorm_stats import batch_of, mean_offset, states_like_replay

@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from pipeline.learning.augment import random_shift
-from pipeline.learning.learner import Learner, LearnerSettings
+from pipeline.learning.learner import Learner
+from pipeline.learning.learner_settings import LearnerSettings
 
 SIZE = 84
 

@@ -14,7 +14,8 @@ from models import build_qnetwork
 from models.batch_renorm import BatchRenorm2d
 from pipeline.learning.batchnorm_stats import freeze_running_statistics, preserved_statistics, recalibrate
 from pipeline.learning.flat_state import StateLoader, flatten_state
-from pipeline.learning.learner import Learner, LearnerSettings
+from pipeline.learning.learner import Learner
+from pipeline.learning.learner_settings import LearnerSettings
 from pipeline.learning.replay import Batch
 
 NUM_ACTIONS = 4

@@ -11,7 +11,9 @@ import pytest
 import torch
 from torch import nn
 
-from pipeline.learning.learner import CompileFallbackWarning, Learner, LearnerSettings
+from pipeline.learning.learner import Learner
+from pipeline.learning.learner_compile import CompileFallbackWarning
+from pipeline.learning.learner_settings import LearnerSettings
 from pipeline.learning.replay import Batch
 
 NUM_ACTIONS = 4

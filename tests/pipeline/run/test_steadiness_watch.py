@@ -9,7 +9,8 @@ from pathlib import Path
 
 import torch
 
-from pipeline.learning.learner import Learner, LearnerSettings
+from pipeline.learning.learner import Learner
+from pipeline.learning.learner_settings import LearnerSettings
 from pipeline.run.steadiness_watch import SteadinessWatch
 from tests.conftest import run_main
 
