@@ -29,7 +29,7 @@ import numpy as np
 
 from pipeline.common.files import atomic_write
 
-__all__ = ["FORMAT_NAME", "FORMAT_VERSION", "ReplayFileError", "ReplayReader", "describe_geometry", "write_replay_file"]
+__all__ = ["FORMAT_NAME", "FORMAT_VERSION", "ReplayFileError", "ReplayReader", "write_replay_file"]
 
 FORMAT_NAME = "mario-dqn-replay"
 FORMAT_VERSION = 1
@@ -129,7 +129,7 @@ class ReplayReader:
         }
         geo["gamma"] = float(self.header_value("gamma", (int, float)))
         if min(geo["num_streams"], geo["capacity_per_stream"], geo["frame_stack"], geo["n_step"]) < 1:
-            raise self.error(f"bad geometry {describe_geometry(geo)}")
+            raise self.error(f"bad geometry {_describe_geometry(geo)}")
         return geo
 
     def require_geometry(self, expected: dict[str, Any]) -> None:
@@ -137,8 +137,8 @@ class ReplayReader:
         geo = self.geometry()
         if geo != expected:
             raise self.error(
-                f"geometry mismatch: the file holds a replay of {describe_geometry(geo)}, "
-                f"this memory is {describe_geometry(expected)}"
+                f"geometry mismatch: the file holds a replay of {_describe_geometry(geo)}, "
+                f"this memory is {_describe_geometry(expected)}"
             )
 
     def read(self, name: str, dtype: np.dtype | type, shape: tuple[int, ...]) -> np.ndarray:
@@ -183,6 +183,6 @@ class ReplayReader:
             raise self.error(f"cannot read {name!r} ({type(exc).__name__}: {exc})") from exc
 
 
-def describe_geometry(geometry: dict[str, Any]) -> str:
+def _describe_geometry(geometry: dict[str, Any]) -> str:
     """``key=value, ...``: a geometry as error messages name it."""
     return ", ".join(f"{key}={value}" for key, value in geometry.items())
