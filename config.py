@@ -140,8 +140,8 @@ class Config:
     online network's BatchNorm statistics are re-estimated with its current weights over
     this many uniform replay states, and left alone by the training forwards in between,
     so every eval-mode forward (acting copies, evaluator, target, Double-DQN argmax)
-    normalises as training does. 0 = a running average (bn_momentum), which moved the
-    eval-mode Q-values by several action gaps. 256 states gave the same steadiness as
+    normalises as training does. 0 = a running average (bn_momentum; with acting_tau=0),
+    which moved the eval-mode Q-values by several action gaps. 256 states gave the same steadiness as
     1,024 at a quarter of the cost (docs/learning.md, "Steadiness")."""
     bn_momentum: float = 0.1
     """BatchNorm's running-average momentum for the online network's statistics when
@@ -153,11 +153,12 @@ class Config:
     computes, in value, the eval-mode output with the calibrated statistics, so training
     fits the function the acting copies play (needs batch_norm and bn_calibration_states;
     plain BatchNorm until the first calibration)."""
-    acting_tau: float = 0.0
+    acting_tau: float = 0.005
     """The collectors, the evaluator, marks and play act with a moving average of the online
     weights, acting += tau * (online - acting) after every update, its BatchNorm statistics
     calibrated for its own weights at every publish (needs bn_calibration_states with
-    BatchNorm; BBF acts with such an average at 0.005). 0 = act with the online weights."""
+    BatchNorm; BBF acts with such an average at 0.005). Churn per publish 0.11 against 0.37-0.42
+    at the same x_pos on two seeds to 2M (docs/learning.md). 0 = act with the online weights."""
     steadiness_interval_updates: int = 2000
     """Every this many learner updates (at a publish), the steadiness probe measures the
     published network on a set of replay states: train/eval greedy agreement, churn
