@@ -5,8 +5,9 @@ is resolved with this precedence (highest first):
 
     command line  >  knobs in this file  >  preset  >  dataclass defaults
 
-``resolve_config`` returns the final :class:`Config` together with where each value
-came from (``python main.py --print-config`` shows both). Validation
+:func:`config_resolution.resolve_config` applies it and returns the final :class:`Config`
+together with where each value came from (``python main.py --print-config`` shows both);
+it reads the knobs and presets here when called. Validation
 (:mod:`config_validation`, re-exported here as :func:`validate` and
 :class:`ConfigError`) collects every problem and raises a single :class:`ConfigError`
 before any process or shared memory is created.
@@ -15,8 +16,7 @@ before any process or shared memory is created.
 from __future__ import annotations
 
 import dataclasses
-import os
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields
 from typing import Any
 
 # Validation lives beside this file; its names stay importable from here (``X as X``).
@@ -407,126 +407,3 @@ PRESETS: dict[str, dict[str, Any]] = {
     ),
 }
 PRESET_NAMES: tuple[str, ...] = ("auto", *PRESETS)
-
-
-@dataclass
-class Hardware:
-    """What auto-detection saw."""
-
-    cores: int
-    memory_gb: float
-    gpu: bool
-
-
-def detect_hardware() -> Hardware:
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    try:
-        memory_gb = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
-    except (ValueError, OSError, AttributeError):
-        memory_gb = 8.0
-    try:
-        import torch
-
-        gpu = torch.cuda.is_available()
-    except ImportError:  # pragma: no cover - torch is a hard dependency
-        gpu = False
-    return Hardware(cores=cores, memory_gb=memory_gb, gpu=gpu)
-
-
-def auto_preset(hw: Hardware) -> tuple[str, dict[str, Any]]:
-    """Pick the preset closest to the hardware, then size collectors and replay to it."""
-    if hw.gpu and hw.cores >= 16:
-        name = "server"
-    elif hw.gpu and hw.cores >= 8:
-        name = "desktop"
-    elif hw.cores >= 4:
-        name = "laptop"
-    else:
-        name = "cpu"
-    values = dict(PRESETS[name])
-    # One core stays with the learner; the rest collect.
-    values["num_processes"] = max(1, hw.cores - 1)
-    # At most a quarter of the RAM for replay, ~7.2 KB per transition.
-    max_replay = int(hw.memory_gb * 2**30 / 4 / 7200)
-    values["replay_capacity"] = max(10_000, min(values["replay_capacity"], max_replay))
-    return name, values
-
-
-@dataclass
-class ResolvedConfig:
-    """The final configuration and, per field, where its value came from."""
-
-    config: Config
-    sources: dict[str, str] = field(default_factory=dict)
-    preset: str = ""
-    tuning: Any = None  # the auto preset's measurements (pipeline.run.tuning.Tuning), when used
-
-    def describe(self) -> str:
-        width = max(len(n) for n in FIELD_NAMES)
-        lines = [f"preset: {self.preset}"]
-        if self.tuning is not None:
-            lines.append(f"tuned: {self.tuning.explanation}")
-        for f in fields(Config):
-            lines.append(f"{f.name:<{width}}  {getattr(self.config, f.name)!r:<28}  ({self.sources[f.name]})")
-        return "\n".join(lines)
-
-
-def knob_values(module_globals: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The knobs of this file that are set (not None), as Config field values."""
-    g = globals() if module_globals is None else module_globals
-    return {fname: g[knob] for knob, fname in KNOBS.items() if g.get(knob) is not None}
-
-
-def resolve_config(
-    cli: dict[str, Any] | None = None,
-    *,
-    preset: str | None = None,
-    knobs: dict[str, Any] | None = None,
-    hardware: Hardware | None = None,
-    tuned: dict[str, Any] | None = None,
-    tuned_label: str = "measured",
-) -> ResolvedConfig:
-    """Merge defaults < preset < knobs < command line, then validate.
-
-    ``preset`` is the command line's --preset (None = the PRESET knob). ``knobs`` default
-    to the knobs in this file; tests pass their own. ``tuned``: the ``auto`` preset's
-    measured settings (``python main.py tune``), which replace its hardware guesses.
-    """
-    cli = {k: v for k, v in (cli or {}).items() if v is not None}
-    knobs = knob_values() if knobs is None else {k: v for k, v in knobs.items() if v is not None}
-    preset_name = preset if preset is not None else PRESET
-    preset_source = "preset" if preset is None else "preset (--preset)"
-    if preset_name not in PRESET_NAMES:
-        raise ConfigError(
-            f"preset: unknown preset {preset_name!r}; choose one of {', '.join(PRESET_NAMES)} "
-            f"(--preset NAME or PRESET in config.py)"
-        )
-    if preset_name == "auto":
-        chosen, preset_values = auto_preset(hardware or detect_hardware())
-        preset_label = f"auto -> {chosen}"
-        tuned = tuned or {}
-    else:
-        preset_values, preset_label = dict(PRESETS[preset_name]), preset_name
-        tuned = {}
-
-    unknown = sorted(set(cli) - FIELD_NAMES) + sorted(set(knobs) - FIELD_NAMES)
-    if unknown:
-        raise ConfigError(f"unknown setting(s): {', '.join(unknown)}; known settings are the Config fields")
-
-    values: dict[str, Any] = {}
-    sources: dict[str, str] = {}
-    for f in fields(Config):
-        for layer, source in (
-            (cli, "command line"),
-            (knobs, "config.py knob"),
-            (tuned, f"{preset_source} {preset_label}, {tuned_label}"),
-            (preset_values, f"{preset_source} {preset_label}"),
-        ):
-            if f.name in layer:
-                values[f.name], sources[f.name] = layer[f.name], source
-                break
-        else:
-            sources[f.name] = "default"
-    config = Config(**values)
-    validate(config)
-    return ResolvedConfig(config=config, sources=sources, preset=preset_label)

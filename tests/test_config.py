@@ -9,7 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import config
-from config import PRESETS, Config, ConfigError, Hardware, auto_preset, resolve_config, validate
+from config import PRESETS, Config, ConfigError, validate
+from config_resolution import Hardware, auto_preset, resolve_config
 
 CPU_BOX = Hardware(cores=2, memory_gb=24.0, gpu=False)
 

@@ -132,7 +132,8 @@ class BenchOptions:
 
 def parse_options(argv: Sequence[str]) -> tuple[BenchOptions, Any]:
     """Parse the command line; returns the options and the resolved configuration."""
-    from config import ConfigError, resolve_config
+    from config import ConfigError
+    from config_resolution import resolve_config
 
     args = build_parser().parse_args(list(argv))
     if args.only:

@@ -31,7 +31,8 @@ import numpy as np
 import torch
 
 import envs
-from config import SAVED_BEFORE, Config, resolve_config
+from config import SAVED_BEFORE, Config
+from config_resolution import resolve_config
 from pipeline.common.errors import UserError
 from pipeline.learning.checkpoint import CHECKPOINT_PATTERN, CheckpointError, check_compatible, load_checkpoint
 from pipeline.learning.flat_state import state_numel

@@ -37,7 +37,8 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
-from config import Config, ResolvedConfig, resolve_config
+from config import Config
+from config_resolution import ResolvedConfig, resolve_config
 from pipeline.common.child import run_in_child
 from pipeline.common.files import atomic_write
 from pipeline.learning.learner_choice import (

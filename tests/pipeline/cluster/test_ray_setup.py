@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from config import ConfigError, resolve_config
+from config import ConfigError
+from config_resolution import resolve_config
 from pipeline.cluster.ray_setup import host_and_port
 
 ROOT = Path(__file__).resolve().parents[3]

@@ -10,7 +10,8 @@ import sys
 
 import pytest
 
-from config import Config, resolve_config
+from config import Config
+from config_resolution import resolve_config
 from pipeline.run import tuning as T
 from pipeline.run.machine_load import allowed_cpus
 
