@@ -214,7 +214,8 @@ def run_train(argv: list[str]) -> int:
         return 0
     _setup_logging()
     from pipeline.learning.checkpoint import CheckpointError
-    from pipeline.run.trainer import Trainer, TrainingError
+    from pipeline.run.startup import TrainingError
+    from pipeline.run.trainer import Trainer
 
     collection = None
     if resolved.config.backend == "ray":  # chosen by a knob or --set too

@@ -19,7 +19,6 @@ from pipeline.bench.soak import soak_details, soak_figures
 from pipeline.bench.suite_base import PartResult, SuiteBase, log
 from pipeline.bench.trainer_run import TRAINER_START_ALLOWANCE_S, run_trainer, window_figures
 from pipeline.common.child import ChildError
-from pipeline.common.errors import UserError
 from pipeline.learning.learner_choice import choose_learner
 from pipeline.learning.learner_speed import LEARNER_VARIANTS, learner_spec, time_learners
 from pipeline.run.monitor_keys import LEARNER_PHASES
@@ -74,13 +73,10 @@ class TrainingParts(SuiteBase):
     """The ``learner``, ``training``, ``startup``, ``evaluator`` and ``soak`` parts."""
 
     def part_learner(self, result: PartResult) -> None:
-        from pipeline.run.trainer import TrainingError, resolve_device
+        from pipeline.learning.learner_device import resolve_device
 
         cfg = self.cfg
-        try:
-            device = resolve_device(cfg.device)
-        except TrainingError as exc:  # no CUDA
-            raise UserError(str(exc)) from None
+        device = resolve_device(cfg.device)  # a UserError without CUDA
         # What compile/amp resolve to on this machine (measured once and cached, as a run does).
         in_use = choose_learner(cfg, str(device)).variant
         # --quick times only eager and the variant in use, in 2 rounds instead of 4.

@@ -132,13 +132,10 @@ def _trainer_worker(conn: Connection, cfg_dict: dict[str, Any], kwargs: dict[str
 
     trainer, window = _make_bench_trainer(Config(**cfg_dict), **kwargs)
     trainer.run()
-    summary_path = trainer.paths.root / "summary.json"
+    root = trainer.resources.paths.root
+    summary_path = root / "summary.json"
     summary = json.loads(summary_path.read_text()) if summary_path.exists() else {}
-    conn.send(
-        TrainerRun(
-            window.snaps, window.window, summary, dict(trainer.startup), trainer.stop_reason, str(trainer.paths.root)
-        )
-    )
+    conn.send(TrainerRun(window.snaps, window.window, summary, dict(trainer.startup), trainer.stop_reason, str(root)))
 
 
 def run_trainer(
@@ -178,9 +175,9 @@ def run_trainer(
     except ChildError as exc:
         # Imported here, in the parent only when a run failed: the trainer imports torch.
         from pipeline.learning.checkpoint import CheckpointError
-        from pipeline.run.trainer import TrainingError
+        from pipeline.run.startup import TrainingError
 
-        if exc.raised(CheckpointError) or exc.raised(TrainingError):
+        if exc.raised(CheckpointError) or exc.raised(TrainingError) or exc.raised(UserError):
             raise UserError(exc.message) from None
         raise RuntimeError(f"{what}: learner process failed: " + exc.last_line) from None
     finally:

@@ -26,11 +26,13 @@ One ``Learner.update(batch)`` is one optimizer step:
 
 BatchNorm statistics (``bn_calibration_states`` > 0, :mod:`~pipeline.learning.batchnorm_stats`):
 the online net's running statistics are frozen between calibrations (momentum 0), and
-:meth:`Learner.calibrate` re-estimates them with the current weights over that many
-uniform replay states ("precise BN") before every target copy, and, called by the trainer,
-before every publish. Every eval-mode forward (the target, the Double-DQN argmax, the
-acting copies, the evaluator) then normalises with statistics of the weights it runs,
-not with an average of the last ten batches (0: a running average, ``bn_momentum``).
+:meth:`Learner.calibrate` re-estimates them with the current weights over the states its
+owner hands it ("precise BN"): the trainer hands it uniform replay states before every
+publish, and to every update that copies the target (:attr:`Learner.copies_target_next`),
+which re-estimates them on those before the copy. Every eval-mode forward (the target, the
+Double-DQN argmax, the acting copies, the evaluator) then normalises with statistics of the
+weights it runs, not with an average of the last ten batches (0: a running average,
+``bn_momentum``). The learner never draws states itself: it does not know the replay.
 
 With ``acting_tau`` the published weights are an :class:`~pipeline.learning.acting_copy.ActingCopy`,
 a moving average of the online ones with statistics calibrated for its own weights.
@@ -95,6 +97,9 @@ from pipeline.learning.learner_settings import LearnerSettings
 
 logger = logging.getLogger(__name__)
 
+# States a calibration re-estimates the BatchNorm statistics on: (obs, prev_action or None).
+CalibrationStates = tuple[torch.Tensor, torch.Tensor | None]
+
 # Order of the per-update statistics kept in ``Learner._metric_sums``.
 _LOSS, _TD_ABS, _Q_SUM, _WEIGHT, _GRAD_NORM = range(5)
 
@@ -150,9 +155,9 @@ class Learner:
         self._compile_pending: bool = settings.compile
         self._metric_sums = torch.zeros(5, dtype=torch.float32, device=self.device)
         self._metric_updates: int = 0
-        # Precise BN: the owner (the trainer) sets the source of calibration states, a
-        # callable returning ``count`` uniform replay states and their previous actions.
-        self.calibration_source: Callable[[int], tuple[torch.Tensor, torch.Tensor | None]] | None = None
+        # Precise BN: how many states a calibration wants (0: the statistics are a running
+        # average, or the network has no BatchNorm), and when the last one ran.
+        self.calibration_count: int = settings.bn_calibration_states if batch_norm_layers(self.online) else 0
         self.calibrated_at: int = -1  # the update count of the last calibration (-1: none yet)
         # Before any compilation: the compiled graphs are specialised on the momentum.
         if settings.bn_calibration_states > 0:
@@ -164,20 +169,25 @@ class Learner:
 
     # ------------------------------------------------------------------ public API
 
-    def update(self, batch: BatchLike) -> torch.Tensor:
+    def update(self, batch: BatchLike, calibration_states: CalibrationStates | None = None) -> torch.Tensor:
         """One optimizer step on ``batch`` (split into ``grad_accum`` micro-batches).
 
         Returns each sample's absolute TD error ``|target - Q(s, a)|`` (float32 ``[B]``,
         detached, on the learner's device; no host sync): a prioritized replay's new
         priorities.
 
+        ``calibration_states`` (``(obs, prev_action)``, see :meth:`calibrate`) are what an
+        update that copies the target (:attr:`copies_target_next`) re-estimates the
+        statistics on after its step and before the copy; an update that copies without
+        them copies the statistics as they are.
+
         With ``augment_pad``, ``obs`` and ``next_obs`` are randomly shifted first, each
         with offsets of its own (:func:`~pipeline.learning.augment.random_shift`).
         """
         tensors = self.augmented(self._batch_to_device(batch))
         if self._compile_pending:
-            return first_compiled_update(self, tensors)
-        return self._update_step(*tensors)
+            return first_compiled_update(self, tensors, calibration_states)
+        return self._update_step(*tensors, calibration_states=calibration_states)
 
     def augmented(self, tensors: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]:
         """The device batch (the fields of ``BATCH_FIELDS``, in order) with ``obs`` and
@@ -260,26 +270,35 @@ class Learner:
             for name, value in self.published_net.state_dict().items()
         }
 
-    def sync_target(self) -> None:
+    @property
+    def copies_target_next(self) -> bool:
+        """Whether the next update ends with a copy of the online net to the target (the
+        update to hand calibration states to)."""
+        if self.settings.target_tau > 0:
+            return False
+        return (self.updates + 1) % self.settings.target_sync_updates == 0
+
+    def sync_target(self, calibration_states: CalibrationStates | None = None) -> None:
         """Copy every online parameter and buffer (BatchNorm statistics too) to the target,
-        after a calibration of the statistics when ``bn_calibration_states`` is set."""
-        self.calibrate()
+        after a calibration of the statistics on ``calibration_states`` when given."""
+        if calibration_states is not None:
+            self.calibrate(calibration_states)
         self.target.load_state_dict(self.online.state_dict())
 
-    def calibrate(self) -> bool:
-        """Re-estimate the online net's BatchNorm statistics over ``bn_calibration_states``
-        states from :attr:`calibration_source` (precise BN), at most once per update count;
-        the acting copy's too, with its own weights, on the same states.
+    def calibrate(self, states: CalibrationStates) -> bool:
+        """Re-estimate the online net's BatchNorm statistics over ``states`` (precise BN):
+        ``(obs uint8 [N, S, 84, 84], prev_action [N] or None)``, e.g. uniform replay states,
+        in chunks of ``calibration_chunk``; the acting copy's too, with its own weights, on
+        the same states. Every layer's running mean and variance become the averages of the
+        chunks' batch means and unbiased variances
+        (:func:`~pipeline.learning.batchnorm_stats.recalibrate`).
 
-        Returns whether it did; without the setting, a source or BatchNorm it does nothing.
+        Returns whether it did: without ``bn_calibration_states`` (a running average) or
+        without BatchNorm it does nothing (:attr:`calibration_count` is then 0).
         """
-        count = self.settings.bn_calibration_states
-        source = self.calibration_source
-        if count <= 0 or source is None or self.calibrated_at == self.updates:
+        if not self.calibration_count:
             return False
-        if not batch_norm_layers(self.online):
-            return False
-        obs, prev = source(count)
+        obs, prev = states
         feeds_prev = prev is not None and self.settings.prev_action_input
         chunks = calibration_chunks(
             self._to_device(obs),
@@ -351,6 +370,8 @@ class Learner:
         weight: torch.Tensor,
         prev_action: torch.Tensor,
         next_prev_action: torch.Tensor,
+        *,
+        calibration_states: CalibrationStates | None = None,
     ) -> torch.Tensor:
         target = self._compute_targets(next_obs, next_prev_action, ret, discount, obs, prev_action, action)
         # Normalising every micro-batch by the full batch's weight makes the accumulated
@@ -390,7 +411,7 @@ class Learner:
         if self.settings.target_tau > 0:
             torch._foreach_lerp_(self._target_floats, self._online_floats, self.settings.target_tau)
         elif self.updates % self.settings.target_sync_updates == 0:
-            self.sync_target()
+            self.sync_target(calibration_states)
         if self.acting is not None:
             self.acting.follow()
         if self.settings.reset_interval and self.updates % self.settings.reset_interval == 0:

@@ -65,7 +65,7 @@ class Learner(Protocol):
     _metric_updates: int
 
     def update(self, batch: Any) -> torch.Tensor: ...
-    def _update_step(self, *tensors: torch.Tensor) -> torch.Tensor: ...
+    def _update_step(self, *tensors: torch.Tensor, calibration_states: Any = None) -> torch.Tensor: ...
     def _targets_impl(self, *tensors: torch.Tensor) -> torch.Tensor: ...
     def _loss_impl(self, *tensors: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]: ...
 
@@ -117,14 +117,16 @@ def compiled(fn: Callable[..., Any], settings: CompileSettings) -> Callable[...,
     return torch.compile(fn, backend=settings.compile_backend, mode=settings.compile_mode, dynamic=False)
 
 
-def first_compiled_update(learner: Learner, tensors: tuple[torch.Tensor, ...]) -> torch.Tensor:
+def first_compiled_update(
+    learner: Learner, tensors: tuple[torch.Tensor, ...], calibration_states: Any = None
+) -> torch.Tensor:
     """The learner's first update, with its functions compiled; eager if compiling fails."""
     learner._compile_pending = False
     snapshot = snapshot_state(learner)
     try:
         learner._targets_fn = compiled(learner._targets_impl, learner.settings)
         learner._loss_fn = compiled(learner._loss_impl, learner.settings)
-        td_abs = learner._update_step(*tensors)
+        td_abs = learner._update_step(*tensors, calibration_states=calibration_states)
     except Exception as exc:  # any compiler/backend failure: fall back, do not crash
         restore_state(learner, snapshot)  # undo whatever the failed attempt changed
         learner._targets_fn = learner._targets_impl
@@ -139,7 +141,7 @@ def first_compiled_update(learner: Learner, tensors: tuple[torch.Tensor, ...]) -
             stacklevel=3,
         )
         logger.debug("torch.compile failure", exc_info=True)
-        return learner._update_step(*tensors)
+        return learner._update_step(*tensors, calibration_states=calibration_states)
     learner.compiled = True
     return td_abs
 

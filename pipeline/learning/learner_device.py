@@ -12,6 +12,8 @@ from typing import Protocol
 
 import torch
 
+from pipeline.common.errors import UserError
+
 __all__ = ["BATCH_FIELDS", "BatchLike", "batch_to_device", "pick_amp_dtype", "resolve_device", "to_device"]
 
 BATCH_FIELDS: tuple[str, ...] = (
@@ -40,7 +42,12 @@ class BatchLike(Protocol):
 
 
 def resolve_device(name: str) -> torch.device:
-    """``name`` as a device, with CUDA's index pinned."""
+    """The torch device a ``device`` setting names, with CUDA's index pinned: ``auto`` is
+    CUDA when there is a GPU, else the CPU. ``cuda`` without a GPU is a ``UserError``."""
+    if name == "auto":
+        name = "cuda" if torch.cuda.is_available() else "cpu"
+    elif name.startswith("cuda") and not torch.cuda.is_available():
+        raise UserError(f"device={name!r} but no CUDA GPU is available; use --device cpu or --device auto")
     device = torch.device(name)
     # Tensors report "cuda:0", never "cuda": pin the index so device comparisons work.
     if device.type == "cuda" and device.index is None:

@@ -13,8 +13,12 @@
 - :mod:`~pipeline.run.collection`: the interface of a backend that runs the collectors
   elsewhere (the Ray backend, :mod:`pipeline.cluster`), handed to the trainer.
 - :mod:`~pipeline.run.trainer`: the learner process, one event loop running all of them;
-  :mod:`~pipeline.run.lifecycle` sets it up before the loop and shuts it down after,
-  :mod:`~pipeline.run.startup` builds what it needs (run directory, learner, replay),
+  :mod:`~pipeline.run.run_startup` builds what a run holds (one
+  :class:`~pipeline.run.resources.RunResources`) before the loop, in order, and
+  :mod:`~pipeline.run.run_shutdown` writes what it leaves after it;
+  :mod:`~pipeline.run.interrupts` keeps a Ctrl-C of the startup from being lost,
+  :mod:`~pipeline.run.startup` builds the pieces (run directory, learner, replay),
+  :mod:`~pipeline.run.calibration` hands the learner its precise-BN states,
   :mod:`~pipeline.run.pacing` holds the replay ratio and epsilon schedule,
   :mod:`~pipeline.run.snapshots` turns counters into the monitor's snapshot,
   :mod:`~pipeline.run.evaluations` and :mod:`~pipeline.run.run_checkpoints` drive the

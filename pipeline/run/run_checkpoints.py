@@ -5,6 +5,8 @@
   ``keep`` kept) and ``best.pt``, the weights behind the best rolling training return.
 - :func:`save_mark`: the online network alone, at a fixed frame count, in ``marks/``
   (never rotated; what the learning benchmark evaluates after a run).
+- :func:`write_periodic`, :func:`write_mark`: those written by a worker thread while
+  training goes on; a write that fails is reported once and the run goes on.
 - :func:`resume_from`: puts a checkpoint's learner and RNG state back and returns its counters.
 - :func:`write_failure`: what a checkpoint that could not be written says (what, where,
   the free space there, and the last good checkpoint, which stays the one to resume from).
@@ -14,6 +16,7 @@ The files themselves (atomic, safely loaded, rotated) are :mod:`pipeline.learnin
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -23,6 +26,7 @@ import torch
 
 from config import Config
 from pipeline.learning.checkpoint import (
+    CheckpointError,
     capture_rng_state,
     check_compatible,
     checkpoint_name,
@@ -32,7 +36,7 @@ from pipeline.learning.checkpoint import (
 )
 from pipeline.learning.learner import Learner
 from pipeline.run.monitor_keys import COUNTER_KEYS, CounterKey
-from pipeline.run.write_failures import MB, free_space, short_reason
+from pipeline.run.write_failures import MB, WriteFailures, free_space, short_reason
 from pipeline.transport.episodes import EpisodeSummary
 
 BEST_NAME = "best.pt"
@@ -160,6 +164,51 @@ def save_mark(checkpoints: Path, payload: dict[str, Any], mark: int) -> Path:
     path = checkpoints / MARKS_DIR / mark_name(mark)
     path.parent.mkdir(exist_ok=True)
     save_checkpoint(path, payload)
+    return path
+
+
+async def write_periodic(
+    checkpoints: RunCheckpoints,
+    payload: dict[str, Any],
+    frames: int,
+    score: float | None,
+    write_failures: WriteFailures,
+    retry_s: float,
+) -> Path | None:
+    """A periodic checkpoint written by a worker thread while training goes on.
+
+    Writing and fsyncing ~27 MB (twice when best.pt is due) can take seconds on a slow
+    disk; in the event loop that stalled the consolidator and the learner alike. The
+    written payload is a copy of ``payload`` taken in the loop, so the updates that go on
+    meanwhile cannot tear it. A write that fails (a full disk) is reported once through
+    ``write_failures`` and retried ``retry_s`` later; the run goes on with its last good
+    checkpoint. Returns the path written, None when it failed.
+    """
+    try:
+        path = await asyncio.to_thread(checkpoints.save, cloned(payload), frames, score)
+    except (CheckpointError, OSError) as exc:
+        failure = checkpoints.write_failure("periodic checkpoint", exc, payload)
+        write_failures.failed(
+            "periodic checkpoint",
+            f"{failure}; training goes on, the next attempt is in {retry_s:g} s (reported once while they fail)",
+        )
+        return None
+    write_failures.succeeded("periodic checkpoint", str(path))
+    return path
+
+
+async def write_mark(
+    checkpoints: Path, payload: dict[str, Any], mark: int, write_failures: WriteFailures
+) -> Path | None:
+    """:func:`save_mark` by a worker thread; a failed write is reported once through
+    ``write_failures`` and that mark is skipped (None)."""
+    try:
+        path = await asyncio.to_thread(save_mark, checkpoints, payload, mark)
+    except (CheckpointError, OSError) as exc:
+        where = free_space(checkpoints)
+        write_failures.failed("frame mark", f"frame mark {mark} not written ({short_reason(exc)}; {where})")
+        return None
+    write_failures.succeeded("frame mark", str(path))
     return path
 
 

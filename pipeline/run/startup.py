@@ -8,7 +8,6 @@
   for main.py before any measuring, process or shared memory (a checkpoint that cannot
   load fails in seconds, not after the learner's compile), and :func:`saved_replay_problem`
   reads only the saved replay's header to tell early whether it will be restored.
-- :func:`resolve_device`: the torch device a ``device`` setting names.
 - :func:`seed_and_threads`, :func:`build_learner`, :func:`build_replay`,
   :func:`warm_up_learner`: the learner process's torch settings, its learner (compiled and
   warmed up before the collectors start) and its replay memory.
@@ -73,14 +72,6 @@ class RunPaths:
     def make(self) -> None:
         self.checkpoints.mkdir(parents=True, exist_ok=True)
         self.logs.mkdir(parents=True, exist_ok=True)
-
-
-def resolve_device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name == "cuda" and not torch.cuda.is_available():
-        raise TrainingError("device='cuda' but no CUDA GPU is available; use --device cpu or --device auto")
-    return torch.device(name)
 
 
 def new_run_root(cfg: Config) -> Path:

@@ -35,21 +35,14 @@ from pipeline.learning.learner import Learner
 from pipeline.learning.replay import ReplayMemory
 from pipeline.learning.steadiness import SteadinessFigures, SteadinessProbe
 
-__all__ = ["SteadinessWatch", "attach_steadiness"]
+__all__ = ["SteadinessWatch", "make_steadiness_watch"]
 
-# Added to the run's seed for the generators of the probe and of the calibration states.
+# Added to the run's seed for the generator of the probe's states.
 _PROBE_SEED_OFFSET = 7_000_000
-_CALIBRATION_SEED_OFFSET = 8_000_000
 
 
-def attach_steadiness(learner: Learner, replay: ReplayMemory, cfg: Any) -> SteadinessWatch:
-    """Give ``learner`` its precise-BN calibration states (uniform replay states from a
-    generator of their own, :meth:`Learner.calibrate`) and return the run's watch.
-
-    ``cfg`` is the run's :class:`config.Config`.
-    """
-    generator = torch.Generator(device=replay.device).manual_seed(cfg.seed + _CALIBRATION_SEED_OFFSET)
-    learner.calibration_source = lambda count: replay.sample_states(count, generator)
+def make_steadiness_watch(learner: Learner, replay: ReplayMemory, cfg: Any) -> SteadinessWatch:
+    """The run's watch, from ``cfg`` (the run's :class:`config.Config`)."""
     return SteadinessWatch(
         learner,
         replay,

@@ -13,28 +13,29 @@ Beside the collectors, an evaluator process (:mod:`pipeline.run.evaluator`, when
 ``eval_interval_frames`` emulator frames; the monitor tick collects its results without blocking and shows
 them as the ``eval_*`` gauges (table, CSV, TensorBoard).
 
-Startup order matters: the network is compiled and warmed up *before* collectors start
-(so compilation does not compete with them for the CPU, and its time is reported on its
-own); then the initial weights are published, the collectors start, and the monitor's
-clock starts. A Ctrl-C or SIGTERM at any moment of the startup (the compile included)
-stops the run (:class:`~pipeline.run.lifecycle.StartupInterrupts`).
+Startup order matters (:func:`~pipeline.run.run_startup.open_run`): the network is
+compiled and warmed up *before* collectors start (so compilation does not compete with
+them for the CPU, and its time is reported on its own); then the initial weights are
+published, the collectors start, and the monitor's clock starts. A Ctrl-C or SIGTERM at
+any moment of the startup (the compile included) stops the run
+(:class:`~pipeline.run.interrupts.StartupInterrupts`). What the run holds meanwhile is one
+:class:`~pipeline.run.resources.RunResources`.
 
 Shutdown (total frames reached, Ctrl-C, SIGTERM): collectors are asked to stop through
-the weights block, a final checkpoint is written, and every shared-memory segment is
-unlinked. A second Ctrl-C exits at once (segments are still unlinked first).
+the weights block, a final checkpoint, the replay and ``summary.json`` are written
+(:mod:`~pipeline.run.run_shutdown`), and the run's release stack releases what the startup
+created: every shared-memory segment is unlinked whatever failed. A second Ctrl-C exits
+at once (segments are still unlinked first).
 
 A failed periodic write (a checkpoint, a frame mark, a metrics row: a full disk) is
 reported once and the run goes on with its last good checkpoint: supervision and the
 stop conditions never depend on a write (:mod:`~pipeline.run.write_failures`). A task
 that fails for any other reason stops the run with one clear error, never silently.
 
-This module is the Trainer's tasks and its event loop; the pieces it assembles live beside it:
-:mod:`~pipeline.run.lifecycle` (setup before the loop, shutdown after it),
-:mod:`~pipeline.run.startup` (run directory, resume, device, learner and replay),
-:mod:`~pipeline.run.pacing` (replay-ratio limiter, epsilon schedule),
-:mod:`~pipeline.run.snapshots` (the monitor snapshot's parts, summary.json),
-:mod:`~pipeline.run.evaluations` (the evaluator's results and gauges) and
-:mod:`~pipeline.run.run_checkpoints` (periodic, final and best checkpoints, resuming).
+Beside it: :mod:`~pipeline.run.startup` (run directory, resume, learner, replay),
+:mod:`~pipeline.run.pacing` (replay ratio, epsilon), :mod:`~pipeline.run.calibration`
+(precise-BN states), :mod:`~pipeline.run.snapshots` (monitor snapshot, summary.json),
+:mod:`~pipeline.run.evaluations` and :mod:`~pipeline.run.run_checkpoints`.
 """
 
 from __future__ import annotations
@@ -47,46 +48,38 @@ import signal
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
+
+import numpy as np
 
 from config import Config
-from pipeline.learning.checkpoint import CheckpointError
 from pipeline.learning.flat_state import flatten_state
 from pipeline.run.collection import CollectionBackend
-from pipeline.run.consolidator import Consolidator
 from pipeline.run.evaluations import Evaluations
-from pipeline.run.lifecycle import StartupInterrupts, TrainerLifecycle
-from pipeline.run.monitor import Monitor, Snapshot
+from pipeline.run.interrupts import StartupInterrupts
+from pipeline.run.monitor import Snapshot
 from pipeline.run.monitor_keys import COUNTER_KEYS, LEARNER_PHASES, CounterKey, LearnerPhase
 from pipeline.run.pacing import epsilon_at, next_mark, priority_beta_at
-from pipeline.run.preflight import RunLock
-from pipeline.run.run_checkpoints import cloned, mark_payload, save_mark
+from pipeline.run.resources import RunResources
+from pipeline.run.run_checkpoints import checkpoint_payload, mark_payload, rolling_return, write_mark, write_periodic
+from pipeline.run.run_shutdown import drain, final_monitor_row, finish_evaluations, save_final, write_summary
+from pipeline.run.run_startup import open_run
 from pipeline.run.snapshots import (
     collector_rows,
     copy_slot_counters,
     learning_gauges,
     process_gauges,
     ring_fill_pct,
+    run_summary,
     snapshot_counters,
 )
-
-# TrainingError, latest_checkpoint, resolve_resume and resolve_device are re-exported
-# (``X as X``): they were defined or imported here, and main.py and the benchmarks import
-# TrainingError and resolve_device from here.
-from pipeline.run.startup import TrainingError as TrainingError
-from pipeline.run.startup import latest_checkpoint as latest_checkpoint
-from pipeline.run.startup import resolve_device as resolve_device
-from pipeline.run.startup import resolve_resume as resolve_resume
-from pipeline.run.startup import run_event_loop, save_replay
-from pipeline.run.steadiness_watch import SteadinessWatch
-from pipeline.run.supervisor import Supervisor
-from pipeline.run.write_failures import WriteFailures, free_space, short_reason
-from pipeline.transport import ring as R
-from pipeline.transport.weights import WeightsBlock
+from pipeline.run.startup import TrainingError, run_event_loop, save_replay
+from pipeline.run.write_failures import WriteFailures, short_reason
 
 logger = logging.getLogger("mario.trainer")
 
 
-class Trainer(TrainerLifecycle):
+class Trainer:
     def __init__(
         self,
         cfg: Config,
@@ -111,65 +104,58 @@ class Trainer(TrainerLifecycle):
         self.sources = sources or {}
         self.train_enabled = train
         self.throttle = throttle
+        self._resources: RunResources | None = None  # what the startup built, once it has
         self.stop_event: asyncio.Event | None = None
         self.stop_reason = ""
         self.counters: dict[CounterKey, int] = dict.fromkeys(COUNTER_KEYS, 0)
-        self.base: dict[CounterKey, int] = dict.fromkeys(COUNTER_KEYS, 0)  # from a resumed checkpoint
         self.learner_ns: dict[LearnerPhase, int] = dict.fromkeys(LEARNER_PHASES, 0)
         self.startup: dict[str, float] = {}
-        self.ring_segment = self.weights_segment = None
-        self.ring: R.TransitionRing | None = None
-        self.weights: WeightsBlock | None = None
-        self.supervisor: Supervisor | None = None
-        self.monitor: Monitor | None = None
         self._sigint_count = 0
         self._t0 = time.monotonic()
         self._last_checkpoint_t = time.monotonic()
         self._last_replay_save_t = time.monotonic()
         self.final_checkpoint: Path | None = None
         self._next_mark = 0  # frames at which the next mark is kept (mark_interval_frames)
-        self.consolidator: Consolidator | None = None
         self.evaluations = Evaluations()
-        self.steadiness: SteadinessWatch | None = None  # set up with the learner and the replay
-        self.lock: RunLock | None = None
         self.fatal = ""  # why the run had to end (a collector crash loop), "" when it ended normally
         self.final_error = ""  # why the final checkpoint could not be written, "" when it was
         self.final_evaluation = False  # whether the shutdown waits for an evaluation of the last weights
         self.interrupts = StartupInterrupts()
         self.write_failures = WriteFailures()
-        self.hooks = contextlib.ExitStack()  # process-wide hooks of this run, undone at its very end
+
+    @property
+    def resources(self) -> RunResources:
+        """What the run holds (learner, replay, shared memory, monitor, run directory...)."""
+        if self._resources is None:
+            raise RuntimeError("the run has not started")
+        return self._resources
 
     # -- counters -------------------------------------------------------------------------
     def total(self, key: CounterKey) -> int:
-        return self.base[key] + self.counters[key]
+        """This process's count plus the resumed checkpoint's."""
+        return self.resources.resumed[key] + self.counters[key]
 
     def _collector_totals(self) -> None:
-        assert self.ring is not None
-        frames = steps = episodes = replayed = 0
-        for slot in self.ring.slots:
-            counters = slot.counters
-            frames += counters.frames
-            steps += counters.steps
-            episodes += counters.episodes
-            replayed += counters.replayed_frames
-        self.counters["frames"], self.counters["steps"], self.counters["episodes"] = frames, steps, episodes
-        self.counters["replayed_frames"] = replayed
+        self.counters.update(self.resources.collector_counts())
+
+    def _insert(self, stream: int, records: np.ndarray) -> None:
+        self.resources.replay.add(stream, records)
+        self.counters["records"] += len(records)
 
     def _publish(self) -> None:
-        assert self.weights is not None
+        res = self.resources
         t = time.perf_counter_ns()
-        if self.replay.can_sample(self.cfg.batch_size):
-            self.calibrate_statistics()  # the statistics the acting copies will use
-            if self.steadiness is not None:
-                t_probe = time.perf_counter_ns()
-                self.steadiness.at_publish(self.total("updates"))
-                probe_ns = time.perf_counter_ns() - t_probe
-                self.learner_ns["probe"] += probe_ns
-                t += probe_ns  # the publish phase counts the rest (the calibration included)
-        flat, step, epsilon = flatten_state(self.learner.publishable_state()), self.total("updates"), self.epsilon()
-        version = self.weights.publish(flat, learner_step=step, epsilon=epsilon, frames=int(self.total("frames")))
-        if self.collection is not None:
-            self.collection.publish(flat, version=version, epsilon=epsilon, learner_step=step)
+        if res.replay.can_sample(self.cfg.batch_size):
+            res.calibration.calibrate()  # the statistics the acting copies will use
+            t_probe = time.perf_counter_ns()
+            res.steadiness.at_publish(self.total("updates"))
+            probe_ns = time.perf_counter_ns() - t_probe
+            self.learner_ns["probe"] += probe_ns
+            t += probe_ns  # the publish phase counts the rest (the calibration included)
+        flat, step, epsilon = flatten_state(res.learner.publishable_state()), self.total("updates"), self.epsilon()
+        version = res.weights.publish(flat, learner_step=step, epsilon=epsilon, frames=int(self.total("frames")))
+        if res.collection is not None:
+            res.collection.publish(flat, version=version, epsilon=epsilon, learner_step=step)
         self.learner_ns["publish"] += time.perf_counter_ns() - t
 
     def epsilon(self) -> float:
@@ -178,36 +164,36 @@ class Trainer(TrainerLifecycle):
     # -- tasks ----------------------------------------------------------------------------
     async def _consolidate(self) -> None:
         assert self.stop_event is not None
+        res = self.resources
         while not self.stop_event.is_set():
             t = time.perf_counter_ns()
-            budget = (
-                self.limiter.insert_budget(self.replay.inserted, self.counters["samples"]) if self.throttle else None
-            )
-            consumed = self.consolidator.poll(budget)  # budget 0 still reads episode summaries
+            budget = res.limiter.insert_budget(res.replay.inserted, self.counters["samples"]) if self.throttle else None
+            consumed = res.consolidator.poll(budget)  # budget 0 still reads episode summaries
             self.learner_ns["consolidate"] += time.perf_counter_ns() - t
             await asyncio.sleep(0 if consumed else 0.001)
 
     async def _train(self) -> None:
-        cfg, stop = self.cfg, self.stop_event
+        cfg, stop, res = self.cfg, self.stop_event, self.resources
         assert stop is not None
-        batch, prioritized = cfg.batch_size, self.replay.prioritized
+        replay, learner = res.replay, res.learner
+        batch, prioritized = cfg.batch_size, replay.prioritized
         while not stop.is_set():
-            if not self.limiter.can_sample(
-                self.replay.inserted, self.counters["samples"], batch
-            ) or not self.replay.can_sample(batch):
+            ready = res.limiter.can_sample(replay.inserted, self.counters["samples"], batch)
+            if not ready or not replay.can_sample(batch):
                 t = time.perf_counter_ns()
                 await asyncio.sleep(0.002)
                 self.learner_ns["wait"] += time.perf_counter_ns() - t
                 continue
             t0 = time.perf_counter_ns()
             if prioritized:
-                sample, index = self.replay.sample(batch, return_index=True)
+                sample, index = replay.sample(batch, return_index=True)
             else:
-                sample = self.replay.sample(batch)
+                sample = replay.sample(batch)
             t1 = time.perf_counter_ns()
-            td_errors = self.learner.update(sample)
+            # An update that copies the target re-estimates the statistics on these first.
+            td_errors = learner.update(sample, res.calibration.for_next_update())
             if prioritized:  # device ops only: no host sync per update
-                self.replay.update_priorities(index, td_errors, valid=sample.weight > 0)
+                replay.update_priorities(index, td_errors, valid=sample.weight > 0)
             t2 = time.perf_counter_ns()
             self.learner_ns["sample"] += t1 - t0
             self.learner_ns["update"] += t2 - t1
@@ -223,21 +209,21 @@ class Trainer(TrainerLifecycle):
 
     async def _watch(self) -> None:
         """Supervisor, stop conditions, epsilon and periodic checkpoints (twice a second)."""
-        cfg, stop = self.cfg, self.stop_event
-        assert stop is not None and self.supervisor is not None and self.weights is not None
+        cfg, stop, res = self.cfg, self.stop_event, self.resources
+        assert stop is not None
         while not stop.is_set():
-            self.supervisor.check()
-            if self.supervisor.fatal:
-                self.fatal = self.supervisor.fatal
+            res.supervisor.check()
+            if res.supervisor.fatal:
+                self.fatal = res.supervisor.fatal
                 self.request_stop(self.fatal)
                 break
             self._collector_totals()
             if "first transition" not in self.startup and self.counters["records"]:
                 # Seconds since collectors were started (the learner's warm-up is separate).
                 self.startup["first transition"] = time.monotonic() - self._t0
-            self.weights.epsilon = self.epsilon()
-            if self.replay.prioritized:
-                self.replay.beta = priority_beta_at(cfg, self.total("frames"))
+            res.weights.epsilon = self.epsilon()
+            if res.replay.prioritized:
+                res.replay.beta = priority_beta_at(cfg, self.total("frames"))
             if cfg.mark_interval_frames and self.total("frames") >= self._next_mark:
                 await self.save_mark_in_background()  # before the stop check: the last mark counts
             if cfg.total_frames and self.total("frames") >= cfg.total_frames:
@@ -252,7 +238,7 @@ class Trainer(TrainerLifecycle):
             if self._replay_save_due():
                 # In the loop, not a thread: the replay must not change while it is written.
                 # A few seconds; the rings hold collection meanwhile.
-                save_replay(self.replay, self.paths.checkpoints)
+                save_replay(res.replay, res.paths.checkpoints)
                 self._last_replay_save_t = time.monotonic()
             try:
                 await asyncio.wait_for(stop.wait(), timeout=0.5)
@@ -266,7 +252,8 @@ class Trainer(TrainerLifecycle):
         return time.monotonic() - self._last_replay_save_t >= cfg.replay_save_interval_s
 
     async def _monitor(self) -> None:
-        assert self.stop_event is not None and self.monitor is not None
+        assert self.stop_event is not None
+        res = self.resources
         while not self.stop_event.is_set():
             try:
                 await asyncio.wait_for(self.stop_event.wait(), timeout=self.cfg.monitor_interval_s)
@@ -277,19 +264,18 @@ class Trainer(TrainerLifecycle):
             if running and self.on_snapshot is not None:
                 self.on_snapshot(snapshot, self)
             try:
-                self.monitor.update(snapshot, status="running" if running else "stopping")
+                res.monitor.update(snapshot, status="running" if running else "stopping")
             except OSError as exc:  # metrics.csv or TensorBoard on a full disk: shown, not written
-                self.write_failures.metrics_failed(self.paths.root, exc)
+                self.write_failures.metrics_failed(res.paths.root, exc)
             else:
-                self.write_failures.succeeded("metrics", str(self.monitor.csv_path))
+                self.write_failures.succeeded("metrics", str(res.monitor.csv_path))
 
     # -- evaluator ------------------------------------------------------------------------
     def _start_evaluator(self) -> None:
-        cfg = self.cfg
+        cfg, res = self.cfg, self.resources
         if not self.train_enabled or cfg.eval_interval_frames <= 0:
             return
-        assert self.weights_segment is not None and self.monitor is not None
-        self.evaluations.start(cfg, self.paths.root, self.weights_segment.name, self.monitor, self.total("frames"))
+        self.evaluations.start(cfg, res.paths.root, res.weights_segment.name, res.monitor, self.total("frames"))
 
     def _ask_final_evaluation(self) -> None:
         """A run that reached its frames ends with an evaluation of its last weights."""
@@ -297,41 +283,37 @@ class Trainer(TrainerLifecycle):
             self._publish()
             self.final_evaluation = self.evaluations.request_final()
 
-    def _stopping(self) -> bool:
-        return self.stop_event is not None and self.stop_event.is_set()
+    def _poll_evaluations(self, *, stopping: bool) -> None:
+        res = self.resources
+        log_path = res.paths.logs / "evaluator.log"
+        self.evaluations.poll(res.monitor, stopping=stopping, log_path=log_path, frames=float(self.total("frames")))
 
     # -- monitor snapshot -----------------------------------------------------------------
     def snapshot(self) -> Snapshot:
-        assert self.ring is not None and self.weights is not None and self.supervisor is not None
-        assert self.consolidator is not None and self.steadiness is not None
+        res = self.resources
         self._collector_totals()
-        slots = copy_slot_counters(self.ring)
-        slots_of = [self._slots_of(i) for i in range(self.num_collectors)]
-        collectors = collector_rows(slots, slots_of, self.supervisor, self.weights.version)
-        episodes = list(self.consolidator.episodes)[-100:]
+        slots = copy_slot_counters(res.ring)
+        slots_of = [res.slots_of(i) for i in range(res.num_collectors)]
+        collectors = collector_rows(slots, slots_of, res.supervisor, res.weights.version)
+        episodes = list(res.consolidator.episodes)[-100:]
         gauges = {
-            "replay_size": float(len(self.replay)),
+            "replay_size": float(len(res.replay)),
             "epsilon": self.epsilon(),
-            "weights_version": float(self.weights.version),
+            "weights_version": float(res.weights.version),
             "ring_fill_pct": ring_fill_pct(slots, self.cfg.ring_capacity),
-            "restarts": float(self.supervisor.restarts),
+            "restarts": float(res.supervisor.restarts),
             "env_errors": float(sum(c.env_errors for c in slots)),
-            "collectors_alive": float(self.supervisor.alive()),
-            "bad_episode_records": float(self.consolidator.bad_episode_records),
-            "poll_gap_ms": 1000.0 * self.consolidator.reset_gap(),
-            **learning_gauges(self.learner.pop_metrics(), episodes),
+            "collectors_alive": float(res.supervisor.alive()),
+            "bad_episode_records": float(res.consolidator.bad_episode_records),
+            "poll_gap_ms": 1000.0 * res.consolidator.reset_gap(),
+            **learning_gauges(res.learner.pop_metrics(), episodes),
         }
-        self.evaluations.poll(
-            self.monitor,
-            stopping=self._stopping(),
-            log_path=self.paths.logs / "evaluator.log",
-            frames=float(self.total("frames")),
-        )
+        self._poll_evaluations(stopping=self.stop_event is not None and self.stop_event.is_set())
         gauges.update(self.evaluations.gauges())
-        gauges.update(self.steadiness.gauges())
-        gauges.update(process_gauges(collectors, self.device))
-        if self.collection is not None:
-            gauges.update(self.collection.gauges())
+        gauges.update(res.steadiness.gauges())
+        gauges.update(process_gauges(collectors, res.device))
+        if res.collection is not None:
+            gauges.update(res.collection.gauges())
         totals = {key: self.total(key) for key in COUNTER_KEYS}
         return Snapshot(
             time=time.monotonic() - self._t0,
@@ -341,79 +323,65 @@ class Trainer(TrainerLifecycle):
             startup=dict(self.startup),
         )
 
-    # -- periodic writes ------------------------------------------------------------------
-    async def save_in_background(self) -> Path | None:
-        """A periodic checkpoint written by a worker thread while training goes on.
+    # -- checkpoints ----------------------------------------------------------------------
+    def _checkpoint_args(self) -> tuple[dict[str, Any], int, float | None]:
+        """A checkpoint's payload (statistics re-estimated first: ``eval`` and ``play`` load
+        it), its frame count and the rolling training return best.pt is judged by."""
+        res = self.resources
+        self._collector_totals()
+        res.calibration.calibrate()
+        totals = {k: self.total(k) for k in COUNTER_KEYS}
+        payload = checkpoint_payload(res.learner, totals, self.cfg, res.num_actions)
+        return payload, totals["frames"], rolling_return(res.consolidator.episodes)
 
-        Writing and fsyncing ~27 MB (twice when best.pt is due) can take seconds on a slow
-        disk; in the event loop that stalled the consolidator and the learner alike. The
-        payload is a copy taken in the loop, so the updates that go on meanwhile cannot
-        tear it. A write that fails (a full disk) is reported once and retried at the next
-        interval; the run goes on with its last good checkpoint. Returns the path written,
-        None when it failed.
-        """
+    async def save_in_background(self) -> Path | None:
+        """A periodic checkpoint, written by a worker thread while training goes on
+        (:func:`~pipeline.run.run_checkpoints.write_periodic`); None when it failed."""
         payload, frames, score = self._checkpoint_args()
         self._last_checkpoint_t = time.monotonic()  # a failed write is retried an interval later, not every tick
-        try:
-            path = await asyncio.to_thread(self.checkpoints.save, cloned(payload), frames, score)
-        except (CheckpointError, OSError) as exc:
-            failure = self.checkpoints.write_failure("periodic checkpoint", exc, payload)
-            self.write_failures.failed(
-                "periodic checkpoint",
-                f"{failure}; training goes on, the next attempt is in {self.cfg.checkpoint_interval_s:g} s "
-                "(reported once while they fail)",
-            )
-            return None
-        self.write_failures.succeeded("periodic checkpoint", str(path))
-        return path
+        return await write_periodic(
+            self.resources.checkpoints, payload, frames, score, self.write_failures, self.cfg.checkpoint_interval_s
+        )
 
     async def save_mark_in_background(self) -> Path | None:
         """The online net at the frame mark just passed (a few frames past it: collectors
         are not stopped for it), with its statistics re-estimated as a publish would, written
         by a worker thread; a failed write is reported once, and that mark is skipped."""
-        self.calibrate_statistics()
+        res = self.resources
+        res.calibration.calibrate()
         totals = {k: self.total(k) for k in COUNTER_KEYS}
-        payload = mark_payload(self.learner, totals, self.cfg, self.num_actions)
+        payload = mark_payload(res.learner, totals, self.cfg, res.num_actions)
         mark = self._next_mark
         self._next_mark = next_mark(totals["frames"], self.cfg.mark_interval_frames)
-        try:
-            path = await asyncio.to_thread(save_mark, self.paths.checkpoints, payload, mark)
-        except (CheckpointError, OSError) as exc:
-            where = free_space(self.paths.checkpoints)
-            self.write_failures.failed("frame mark", f"frame mark {mark} not written ({short_reason(exc)}; {where})")
-            return None
-        self.write_failures.succeeded("frame mark", str(path))
-        return path
+        return await write_mark(res.paths.checkpoints, payload, mark, self.write_failures)
 
     # -- run ------------------------------------------------------------------------------
     def request_stop(self, reason: str) -> None:
         if self.stop_event is not None and not self.stop_event.is_set():
             self.stop_reason = reason
             self.stop_event.set()
-        if self.weights is not None:
-            self.weights.request_stop()
+        if self._resources is not None:
+            self._resources.weights.request_stop()
 
     def _on_sigint(self) -> None:
         self._sigint_count += 1
         if self._sigint_count >= 2:
             # Second Ctrl-C: leave now, but never leave segments behind.
-            if self.weights is not None:
-                self.weights.request_stop()
-            self._release_shared_memory()
+            self.resources.weights.request_stop()
+            self.resources.release_shared_memory()
             os._exit(130)
         self.request_stop("interrupted (Ctrl-C again to exit at once)")
 
     async def _main(self) -> None:
         loop = asyncio.get_running_loop()
+        res = self.resources
         self.stop_event = asyncio.Event()
         loop.add_signal_handler(signal.SIGINT, self._on_sigint)
         loop.add_signal_handler(signal.SIGTERM, lambda: self.request_stop("terminated"))
-        assert self.supervisor is not None and self.weights is not None
         self._t0 = time.monotonic()
         self._publish()
-        self.supervisor.start_all()
-        assert self.monitor is not None
-        self.monitor.announce(f"startup: {self.num_collectors} collector process(es) starting on {self.cfg.env_id}")
+        res.supervisor.start_all()
+        res.monitor.announce(f"startup: {res.num_collectors} collector process(es) starting on {self.cfg.env_id}")
         self._start_evaluator()
         tasks = [
             asyncio.create_task(self._consolidate(), name="consolidator"),
@@ -429,9 +397,9 @@ class Trainer(TrainerLifecycle):
         try:
             await self.stop_event.wait()
         finally:
-            self.weights.request_stop()
+            res.weights.request_stop()
             await asyncio.gather(*tasks, return_exceptions=True)
-            self.consolidator.poll()  # what was committed before the stop
+            res.consolidator.poll()  # what was committed before the stop
             loop.remove_signal_handler(signal.SIGINT)
             loop.remove_signal_handler(signal.SIGTERM)
 
@@ -446,18 +414,84 @@ class Trainer(TrainerLifecycle):
             self.fatal = f"the learner's {task.get_name()} task failed ({short_reason(exc)}); its traceback is above"
         self.request_stop(self.fatal)
 
+    def _shutdown(self) -> None:
+        """Collectors stopped, the final evaluation waited for, the rings drained, the final
+        checkpoint, replay and ``summary.json`` written, and the monitor's last row."""
+        res = self.resources
+        res.weights.request_stop()
+        res.supervisor.stop()
+        finish_evaluations(self.evaluations, final=self.final_evaluation, timeout_s=self.cfg.eval_final_timeout_s)
+        if self.evaluations.evaluator is not None:
+            self._poll_evaluations(stopping=True)  # what it sent meanwhile
+        try:
+            drain(res.consolidator)
+            payload, frames, score = self._checkpoint_args()
+            root = res.paths.root
+            self.final_checkpoint, self.final_error = save_final(
+                res.checkpoints, payload, frames, score, run_root=root, stop_reason=self.stop_reason
+            )
+            if self.final_checkpoint is not None:
+                self._last_checkpoint_t = time.monotonic()
+            if self.cfg.save_replay and self.train_enabled:
+                save_replay(res.replay, res.paths.checkpoints)
+            write_summary(root, self._summary())
+        finally:
+            final_monitor_row(res.monitor, self.snapshot, self.write_failures, res.paths.root)
+
+    def _summary(self) -> dict[str, Any]:
+        """summary.json: what this process did, for benchmarks and scripts."""
+        res = self.resources
+        summary = run_summary(
+            elapsed_s=time.monotonic() - self._t0,
+            stop_reason=self.stop_reason,
+            startup=self.startup,
+            totals={k: self.total(k) for k in COUNTER_KEYS},
+            this_process=self.counters,
+            supervisor=res.supervisor,
+            ring=res.ring,
+            consolidator=res.consolidator,
+            replay_inserted=res.replay.inserted,
+            learner=res.learner,
+            learner_ns=self.learner_ns,
+            final_checkpoint=self.final_checkpoint,
+            evaluations=self.evaluations,
+        )
+        if res.collection is not None:
+            summary["cluster"] = res.collection.summary()
+        return summary
+
     def run(self) -> int:
         """Run until done or stopped; always stop collectors, checkpoint and unlink."""
+        releases = contextlib.ExitStack()  # what the startup created, released last first
         try:
             # From the first second: a Ctrl-C or SIGTERM of the startup is never lost (the
             # event loop takes both signals over once it runs).
             with self.interrupts:
-                self.setup()
+                self._resources = open_run(
+                    self.cfg,
+                    releases,
+                    sources=self.sources,
+                    collection=self.collection,
+                    train=self.train_enabled,
+                    interrupts=self.interrupts,
+                    write_failures=self.write_failures,
+                    insert=self._insert,
+                )
+                self._started()
                 run_event_loop(self._main())
         finally:
-            self.shutdown()
+            with releases:  # monitor, shared memory, lock: whatever the shutdown did
+                if self._resources is not None:
+                    self._shutdown()
         # After the final checkpoint (or its attempt): nothing learned is lost.
         errors = [error for error in (self.fatal, self.final_error) if error]
         if errors:
             raise TrainingError("; ".join(errors))
         return 0
+
+    def _started(self) -> None:
+        res = self.resources
+        if res.warmup_s is not None:
+            self.startup["compile+warm-up"] = res.warmup_s
+        if self.cfg.mark_interval_frames:
+            self._next_mark = next_mark(res.resumed["frames"], self.cfg.mark_interval_frames)

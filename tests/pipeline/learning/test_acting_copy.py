@@ -17,7 +17,7 @@ from pipeline.learning.learner import Learner
 from pipeline.learning.learner_settings import LearnerSettings
 from pipeline.learning.policy import load_policy
 from pipeline.run.run_checkpoints import mark_payload
-from tests.pipeline.learning.test_batchnorm_stats import batch_of, mean_offset, states_like_replay
+from tests.pipeline.learning.test_batchnorm_stats import Draws, batch_of, mean_offset, states_like_replay
 
 NUM_ACTIONS = 3  # Catch's, so a mark of it loads as a policy
 TAU = 0.1
@@ -26,10 +26,7 @@ TAU = 0.1
 def make_learner(*, compile: bool = False, tau: float = TAU) -> Learner:
     settings = LearnerSettings(compile=compile, amp=False, learning_rate=1e-3, target_sync_updates=1000)
     torch.manual_seed(0)
-    learner = Learner(NUM_ACTIONS, replace(settings, bn_calibration_states=1024, calibration_chunk=32, acting_tau=tau))
-    draws = iter(range(50_000, 60_000))
-    learner.calibration_source = lambda count: (states_like_replay(count, next(draws)), None)
-    return learner
+    return Learner(NUM_ACTIONS, replace(settings, bn_calibration_states=1024, calibration_chunk=32, acting_tau=tau))
 
 
 def run_updates(learner: Learner, count: int) -> list[torch.Tensor]:
@@ -69,7 +66,7 @@ def test_compiled_and_eager_learners_average_alike() -> None:
 def test_the_acting_copy_has_statistics_of_its_own_weights_and_is_what_is_published(tmp_path: Path) -> None:
     learner = make_learner()
     run_updates(learner, 6)
-    assert learner.calibrate()
+    assert learner.calibrate(Draws(50_000)(learner))
     assert learner.acting is not None
     acting = learner.acting.net
     # Its statistics are its own: they differ from the online net's, and its eval mode

@@ -1,6 +1,7 @@
 """Tests for pipeline.learning.batchnorm_stats and the learner's precise BN: the statistics
-against a hand computation, eval mode against train mode on the same distribution, and
-the statistics through a target copy and a publish."""
+against a hand computation (the module's and the learner's on the states handed to it),
+eval mode against train mode on the same distribution, and the statistics through a
+target copy and a publish."""
 
 from __future__ import annotations
 
@@ -115,21 +116,69 @@ def batch_of(obs: torch.Tensor, seed: int, num_actions: int = NUM_ACTIONS) -> Ba
     )
 
 
+class Draws:
+    """Calibration states from one fixed distribution, a fresh draw each call: what the
+    trainer hands the learner (uniform replay states, without previous actions here)."""
+
+    def __init__(self, first_seed: int) -> None:
+        self.seeds = iter(range(first_seed, first_seed + 10_000))
+
+    def __call__(self, learner: Learner) -> tuple[torch.Tensor, None]:
+        return states_like_replay(learner.calibration_count, next(self.seeds)), None
+
+
 def make_learner(calibration_states: int) -> Learner:
     settings = LearnerSettings(compile=False, amp=False, learning_rate=1e-3, target_sync_updates=4)
     torch.manual_seed(0)
-    learner = Learner(NUM_ACTIONS, replace(settings, bn_calibration_states=calibration_states, calibration_chunk=32))
-    draws = iter(range(10_000, 20_000))
-    learner.calibration_source = lambda count: (states_like_replay(count, next(draws)), None)
-    return learner
+    return Learner(NUM_ACTIONS, replace(settings, bn_calibration_states=calibration_states, calibration_chunk=32))
+
+
+def eval_q(net: nn.Module, obs: torch.Tensor) -> torch.Tensor:
+    """Eval-mode float32 Q-values of ``net`` (left in the mode it was in)."""
+    was_training = net.training
+    try:
+        with torch.no_grad():
+            return net.eval()(obs).float()
+    finally:
+        net.train(was_training)
 
 
 def mean_offset(learner: Learner, obs: torch.Tensor) -> float:
     """Mean |Q_eval - Q_train| on ``obs`` in batches of 32 (the training batch size)."""
     with torch.no_grad(), preserved_statistics(learner.online):
         q_train = torch.cat([learner.online.train()(chunk) for chunk in obs.split(32)])
-    q_eval = learner.q_values(obs)
+    q_eval = eval_q(learner.online, obs)
     return float((q_eval - q_train).abs().mean())
+
+
+def test_calibrate_sets_the_statistics_to_those_of_the_handed_states_activations() -> None:
+    """By hand: the first BatchNorm layer's running mean and variance become the averages
+    over the chunks of the first conv's per-channel batch mean and unbiased variance on
+    the handed states; the acting copy's, those of its own weights' activations."""
+    settings = LearnerSettings(compile=False, amp=False, bn_calibration_states=64, calibration_chunk=32)
+    torch.manual_seed(0)
+    learner = Learner(NUM_ACTIONS, replace(settings, acting_tau=0.5))
+    assert learner.acting is not None
+    learner.update(batch_of(states_like_replay(32, 1), 1))  # the acting copy's weights differ now
+    obs = states_like_replay(64, 5)
+    assert learner.calibrate((obs, None))
+    assert learner.calibrated_at == learner.updates == 1
+    for net in (learner.online, learner.acting.net):
+        with torch.no_grad():
+            activations = [net.features[0](chunk.float() / 255.0) for chunk in obs.split(32)]
+        mean = torch.stack([a.mean(dim=(0, 2, 3)) for a in activations]).mean(0)
+        var = torch.stack([a.var(dim=(0, 2, 3), unbiased=True) for a in activations]).mean(0)
+        torch.testing.assert_close(net.features[1].running_mean, mean, rtol=1e-4, atol=1e-5)
+        torch.testing.assert_close(net.features[1].running_var, var, rtol=1e-4, atol=1e-5)
+        assert net.features[1].momentum == 0.0  # frozen again after the calibration
+    assert not torch.equal(learner.acting.net.features[1].running_mean, learner.online.features[1].running_mean)
+
+    # Without bn_calibration_states the statistics are a running average: nothing to do.
+    plain = Learner(NUM_ACTIONS, replace(settings, bn_calibration_states=0))
+    before = plain.online.features[1].running_mean.clone()
+    assert plain.calibration_count == 0
+    assert not plain.calibrate((obs, None))
+    assert torch.equal(plain.online.features[1].running_mean, before)
 
 
 # The tolerance the calibrated eval-mode forward keeps to the train-mode one on fresh states
@@ -139,23 +188,25 @@ TOLERANCE_OF_SPREAD = 0.05
 
 
 def test_calibrated_eval_mode_matches_train_mode_and_survives_a_target_copy_and_a_publish() -> None:
-    learner = make_learner(512)
+    learner, draws = make_learner(512), Draws(10_000)
     for step in range(3):  # updates move the weights away from the initial statistics
+        assert not learner.copies_target_next
         learner.update(batch_of(states_like_replay(32, step), step))
     stats_before = learner.online.features[1].running_mean.clone()
     fresh = states_like_replay(256, 99)
     uncalibrated = mean_offset(learner, fresh)
-    assert learner.calibrate()
-    assert not learner.calibrate()  # once per update count
+    assert learner.calibrate(draws(learner))
     calibrated = mean_offset(learner, fresh)
-    spread = float(learner.q_values(fresh).std())
+    spread = float(eval_q(learner.online, fresh).std())
     assert calibrated < TOLERANCE_OF_SPREAD * spread, (calibrated, spread)
     assert calibrated < uncalibrated / 5, (calibrated, uncalibrated)
     assert not torch.equal(learner.online.features[1].running_mean, stats_before)
 
     # Frozen between calibrations: an update leaves the statistics where they are.
     calibrated_stats = {k: v.clone() for k, v in learner.online.state_dict().items() if "running" in k}
-    learner.update(batch_of(states_like_replay(32, 7), 7))  # update 4: the target copy, after a calibration
+    assert learner.copies_target_next
+    # Update 4: the target copy, after a calibration on the states handed to it.
+    learner.update(batch_of(states_like_replay(32, 7), 7), draws(learner))
     assert learner.calibrated_at == learner.updates == 4
     for key, value in learner.target.state_dict().items():
         assert torch.equal(value, learner.online.state_dict()[key]), key
@@ -166,11 +217,11 @@ def test_calibrated_eval_mode_matches_train_mode_and_survives_a_target_copy_and_
             assert torch.equal(value, learner.target.state_dict()[key]), key
 
     # A publish carries them to the acting copy: its eval-mode Q-values are the learner's.
-    learner.calibrate()
+    learner.calibrate(draws(learner))
     acting = build_qnetwork(NUM_ACTIONS)
     StateLoader(acting).load(flatten_state(learner.publishable_state()))
     with torch.no_grad():
-        torch.testing.assert_close(acting(fresh), learner.q_values(fresh), rtol=1e-4, atol=1e-4)
+        torch.testing.assert_close(acting(fresh), eval_q(learner.online, fresh), rtol=1e-4, atol=1e-4)
     assert mean_offset(learner, fresh) < TOLERANCE_OF_SPREAD * spread
 
 
@@ -178,19 +229,24 @@ def test_without_calibration_the_running_statistics_follow_the_batches() -> None
     learner = make_learner(0)
     before = learner.online.features[1].running_mean.clone()
     learner.update(batch_of(states_like_replay(32, 0), 0))
-    assert not learner.calibrate()
+    assert not learner.calibrate((states_like_replay(32, 1), None))
     assert not torch.equal(learner.online.features[1].running_mean, before)
+
+
+def test_a_target_copy_without_states_copies_the_statistics_as_they_are() -> None:
+    learner = make_learner(512)
+    learner.calibrate(Draws(10_000)(learner))
+    for step in range(4):  # the fourth copies the target, with no states handed to it
+        learner.update(batch_of(states_like_replay(32, step), step))
+    assert learner.calibrated_at == 0 and learner.updates == 4
+    for key, value in learner.target.state_dict().items():
+        assert torch.equal(value, learner.online.state_dict()[key]), key
 
 
 def renorm_learner(*, compile: bool) -> Learner:
     settings = LearnerSettings(compile=compile, amp=False, learning_rate=1e-3, target_sync_updates=1000)
     torch.manual_seed(0)
-    learner = Learner(
-        NUM_ACTIONS, replace(settings, bn_calibration_states=512, calibration_chunk=32, batch_renorm=True)
-    )
-    draws = iter(range(30_000, 40_000))
-    learner.calibration_source = lambda count: (states_like_replay(count, next(draws)), None)
-    return learner
+    return Learner(NUM_ACTIONS, replace(settings, bn_calibration_states=512, calibration_chunk=32, batch_renorm=True))
 
 
 def test_batch_renorm_trains_the_function_it_acts_with_compiled_as_eager() -> None:
@@ -198,18 +254,18 @@ def test_batch_renorm_trains_the_function_it_acts_with_compiled_as_eager() -> No
     eval-mode ones (plain precise BN leaves the batch's noise, see the test above), and a
     compiled learner, compiled before the calibration switched renormalisation on,
     updates as the eager one does."""
-    compiled, eager = renorm_learner(compile=True), renorm_learner(compile=False)
+    compiled, eager, draws = renorm_learner(compile=True), renorm_learner(compile=False), Draws(30_000)
     compiled.warmup(batch_size=32)
     assert compiled.compiled
     for step in range(3):
         compiled.update(batch_of(states_like_replay(32, step), step))
-    assert compiled.calibrate()
+    assert compiled.calibrate(draws(compiled))
     fresh = states_like_replay(256, 99)
-    spread = float(compiled.q_values(fresh).std())
+    spread = float(eval_q(compiled.online, fresh).std())
     assert mean_offset(compiled, fresh) < 1e-3 * spread  # frozen statistics: unclipped, equal
 
     eager.load_state_dict(copy.deepcopy(compiled.state_dict()))
-    eager.calibrate()  # the same weights and a calibration of its own turn it on there too
+    eager.calibrate(draws(eager))  # the same weights and a calibration of its own turn it on there too
     for layer in eager.online.modules():
         if isinstance(layer, BatchRenorm2d):
             assert layer.renormalising

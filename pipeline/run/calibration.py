@@ -1,0 +1,69 @@
+"""The states a training run hands its learner to re-estimate the BatchNorm statistics on.
+
+Precise BN (:mod:`~pipeline.learning.batchnorm_stats`, ``bn_calibration_states``): the
+learner re-estimates its statistics for the weights as they are over uniform replay
+states, before every target copy and before every copy of the weights that is played: a
+publish, a frame mark and every checkpoint (``eval`` and ``play`` load those). Between
+publishes the weights move on while the statistics stay those of the last calibration,
+and a copy saved with them does not play what the collectors play: a 1-1 mark saved
+between two publishes played a mean x_pos of 769, the same weights with their statistics
+re-estimated 1,769-1,874 (docs/learning.md).
+
+:class:`Calibration` draws those states from the replay with a generator of its own (the
+training batches are the same with calibration on or off) and hands them to the learner:
+:meth:`~Calibration.calibrate` before a publish, mark or checkpoint,
+:meth:`~Calibration.for_next_update` to the update that copies the target. It draws only
+when the learner will use them (a calibration runs at most once per update count), so a
+run's draws, and with them its statistics, are the same whatever else it measures.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from pipeline.learning.learner import CalibrationStates, Learner
+from pipeline.learning.replay import ReplayMemory
+
+__all__ = ["Calibration"]
+
+# Added to the run's seed for the generator of the calibration states.
+_CALIBRATION_SEED_OFFSET = 8_000_000
+
+
+class Calibration:
+    """Replay states for ``learner``'s precise-BN calibrations.
+
+    Args:
+        learner: the learner to calibrate (its ``calibration_count`` states a time).
+        replay: where the states come from.
+        seed: the run's seed (the generator's is offset from it).
+        min_replay: the replay must hold enough for a batch of this size first: a new
+            run's first publish, or a resumed run's whose replay was not restored, has no
+            states to re-estimate from and keeps what it has.
+    """
+
+    def __init__(self, learner: Learner, replay: ReplayMemory, *, seed: int, min_replay: int) -> None:
+        self.learner = learner
+        self.replay = replay
+        self.min_replay = min_replay
+        self.generator = torch.Generator(device=replay.device).manual_seed(seed + _CALIBRATION_SEED_OFFSET)
+
+    def calibrate(self) -> bool:
+        """Re-estimate the statistics for the weights as they are now, unless they already
+        were at this update count or the replay cannot give the states yet. Returns whether
+        it did."""
+        learner = self.learner
+        if not learner.calibration_count or learner.calibrated_at == learner.updates:
+            return False
+        if not self.replay.can_sample(self.min_replay):
+            return False
+        return learner.calibrate(self._draw())
+
+    def for_next_update(self) -> CalibrationStates | None:
+        """The states for the next update when it copies the target, else None."""
+        if self.learner.calibration_count and self.learner.copies_target_next:
+            return self._draw()
+        return None
+
+    def _draw(self) -> CalibrationStates:
+        return self.replay.sample_states(self.learner.calibration_count, self.generator)
