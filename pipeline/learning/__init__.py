@@ -4,8 +4,9 @@
   n-step returns built by vectorized indexing by :mod:`~pipeline.learning.replay_transitions`;
   prioritized sampling by :mod:`~pipeline.learning.replay_priorities` over
   :mod:`~pipeline.learning.sum_tree`; saved and restored by :mod:`~pipeline.learning.replay_store`).
-- :mod:`~pipeline.learning.learner`: Double DQN updates, compile and AMP (its compile and
-  warm-up in :mod:`~pipeline.learning.learner_compile`);
+- :mod:`~pipeline.learning.learner`: Double DQN updates, compile and AMP (the update's
+  tensor functions in :mod:`~pipeline.learning.dqn_loss`, their compiled step in
+  :mod:`~pipeline.learning.learner_compile`);
   :mod:`~pipeline.learning.learner_choice` picks compile and precision for the machine by
   timing them (:mod:`~pipeline.learning.learner_speed`).
 - :mod:`~pipeline.learning.flat_state`: a state_dict as one float32 vector and back

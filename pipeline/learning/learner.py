@@ -55,10 +55,11 @@ Known limitation: samples with weight 0 do not contribute to the loss or, throug
 loss, to the gradient, but their observations still enter BatchNorm's batch statistics
 of the train-mode forward. Invalid rows must hold finite values (``0 * inf`` is NaN).
 
-``torch.compile`` (``settings.compile``) compiles the target computation and the loss
-forward (and so its backward) at the first update, which ``warmup`` runs on random data;
-a failure falls back to eager with one ``CompileFallbackWarning``
-(:mod:`~pipeline.learning.learner_compile`).
+The target computation and the loss forward are :mod:`~pipeline.learning.dqn_loss`'s pure
+tensor functions on the learner's networks. ``torch.compile`` (``settings.compile``)
+compiles both (and so the loss's backward) at the first update, which ``warmup`` runs on
+random data; a failure falls back to eager with one ``CompileFallbackWarning``. The
+learner's :class:`~pipeline.learning.learner_compile.CompiledStep` owns that state.
 
 Mixed precision (``settings.amp``): bf16 autocast on CPU; on CUDA bf16 when supported,
 else fp16 with a ``GradScaler``. Autocast covers the loss's forward and backward, the bulk
@@ -72,13 +73,12 @@ Metrics are accumulated in device tensors; ``pop_metrics`` does the only host sy
 
 from __future__ import annotations
 
-import contextlib
+import copy
 import logging
-from collections.abc import Callable
+import time
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from models import QNetwork
@@ -91,7 +91,8 @@ from pipeline.learning.batchnorm_stats import (
     recalibrate,
     set_momentum,
 )
-from pipeline.learning.learner_compile import first_compiled_update, warm_up
+from pipeline.learning.dqn_loss import double_dqn_targets, huber_loss, targets
+from pipeline.learning.learner_compile import WARMUP_UPDATES, CompiledStep, random_batch
 from pipeline.learning.learner_device import BatchLike, batch_to_device, pick_amp_dtype, resolve_device, to_device
 from pipeline.learning.learner_settings import LearnerSettings
 
@@ -142,17 +143,15 @@ class Learner:
         )
         self.updates: int = 0
         self.resets: int = 0
-        self.compiled: bool = False
         # Floating-point state (parameters and BatchNorm statistics) of both nets, in the
         # same order, for the moving-average target's one fused lerp per update.
         self._online_floats = [t for t in self.online.state_dict().values() if t.is_floating_point()]
         self._target_floats = [t for t in self.target.state_dict().values() if t.is_floating_point()]
 
         self._params: list[nn.Parameter] = list(self.online.parameters())
-        self._targets_fn: Callable[..., torch.Tensor] = self._targets_impl
-        self._loss_fn: Callable[..., tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = self._loss_impl
-        # Compilation is attempted once, at the first update (normally inside warmup()).
-        self._compile_pending: bool = settings.compile
+        # The targets and the loss forward, compiled at the first update (normally inside
+        # warmup()) or eager.
+        self.step = CompiledStep(self._targets, self._loss, compile=settings.compile, backend=settings.compile_backend)
         self._metric_sums = torch.zeros(5, dtype=torch.float32, device=self.device)
         self._metric_updates: int = 0
         # Precise BN: how many states a calibration wants (0: the statistics are a running
@@ -185,9 +184,16 @@ class Learner:
         with offsets of its own (:func:`~pipeline.learning.augment.random_shift`).
         """
         tensors = self.augmented(self._batch_to_device(batch))
-        if self._compile_pending:
-            return first_compiled_update(self, tensors, calibration_states)
-        return self._update_step(*tensors, calibration_states=calibration_states)
+        return self.step.run(
+            lambda: self._update_step(*tensors, calibration_states=calibration_states),
+            save=self._snapshot,
+            restore=self._restore,
+        )
+
+    @property
+    def compiled(self) -> bool:
+        """Whether the update runs compiled functions (False before the first update)."""
+        return self.step.compiled
 
     def augmented(self, tensors: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]:
         """The device batch (the fields of ``BATCH_FIELDS``, in order) with ``obs`` and
@@ -198,26 +204,27 @@ class Learner:
         obs, action, ret, next_obs, *rest = tensors
         return (random_shift(obs, pad), action, ret, random_shift(next_obs, pad), *rest)
 
-    def compute_loss(self, batch: BatchLike) -> torch.Tensor:
-        """The full-batch masked Huber loss the update minimises, with its autograd graph.
-
-        Uses the same (possibly compiled) functions as ``update``. Like an update, the
-        train-mode forward advances the online net's BatchNorm running statistics.
-        """
-        obs, action, ret, next_obs, discount, weight, prev, next_prev = self._batch_to_device(batch)
-        target = self._compute_targets(next_obs, next_prev, ret, discount, obs, prev, action)
-        loss, _, _ = self._loss_fn(obs, prev, action, target, weight, weight.sum().clamp(min=1.0))
-        return loss
-
     def warmup(self, batch_size: int) -> float:
         """Compile (if enabled) by running a few updates on random data; restore all state.
 
         Online and target weights and BatchNorm buffers, optimizer and scaler state, the
         update counter, pending metrics and the global torch RNG are restored exactly.
         Use the training batch size so the compiled graphs match the real shapes.
-        Returns the seconds spent (see :func:`~pipeline.learning.learner_compile.warm_up`).
+        Returns the seconds spent.
         """
-        return warm_up(self, batch_size)
+        start = time.perf_counter()
+        saved = self._snapshot()
+        cpu_rng = torch.get_rng_state()
+        batch = random_batch(self.num_actions, self.settings.frame_stack, batch_size)
+        for _ in range(WARMUP_UPDATES):
+            self.update(batch)
+        self._restore(saved)
+        torch.set_rng_state(cpu_rng)
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)  # so the returned time includes the GPU work
+        elapsed = time.perf_counter() - start
+        logger.info("learner warmup: %.1f s, compiled=%s, amp_dtype=%s", elapsed, self.compiled, self.amp_dtype)
+        return elapsed
 
     def pop_metrics(self) -> dict[str, float]:
         """Means since the last pop: loss, |TD error|, Q of taken actions, grad norm.
@@ -240,18 +247,6 @@ class Learner:
             "grad_norm": sums[_GRAD_NORM] / count,
             "updates": float(count),
         }
-
-    def q_values(self, obs_uint8: torch.Tensor, prev_action: torch.Tensor | None = None) -> torch.Tensor:
-        """Eval-mode float32 Q-values of the online net, for evaluation episodes."""
-        obs = self._to_device(obs_uint8)
-        prev = None if prev_action is None else self._to_device(prev_action).long()
-        was_training = self.online.training
-        self.online.eval()
-        try:
-            with torch.no_grad():
-                return self.online(obs, prev).float()
-        finally:
-            self.online.train(was_training)
 
     @property
     def published_net(self) -> nn.Module:
@@ -389,7 +384,7 @@ class Learner:
         ):
             if obs_c.shape[0] == 0:  # grad_accum larger than the batch
                 continue
-            loss, stats, td_abs = self._loss_fn(obs_c, prev_c, action_c, target_c, weight_c, denom)
+            loss, stats, td_abs = self.step.loss(obs_c, prev_c, action_c, target_c, weight_c, denom)
             td_errors.append(td_abs)
             if self.scaler is not None:
                 self.scaler.scale(loss).backward()
@@ -420,77 +415,50 @@ class Learner:
 
     def _compute_targets(self, *batch: torch.Tensor) -> torch.Tensor:
         """Targets from ``(next_obs, next_prev, ret, discount, obs, prev, action)``."""
-        # Mode switches stay outside the compiled function: the compiled graphs are
-        # specialised (guarded) on them, so each graph always sees one fixed mode.
-        self.online.eval()
-        try:
-            with torch.no_grad():
-                return self._targets_fn(*batch)
-        finally:
-            self.online.train()
+        return targets(self.online, self.step.targets, *batch)
 
-    def _autocast(self) -> contextlib.AbstractContextManager[Any]:
-        if self.amp_dtype is None:
-            return contextlib.nullcontext()
-        return torch.autocast(device_type=self.device.type, dtype=self.amp_dtype)
-
-    def _targets_impl(
-        self,
-        next_obs: torch.Tensor,
-        next_prev: torch.Tensor,
-        ret: torch.Tensor,
-        discount: torch.Tensor,
-        obs: torch.Tensor,
-        prev: torch.Tensor,
-        action: torch.Tensor,
-    ) -> torch.Tensor:
-        """Double-DQN bootstrap targets (float32), with the advantage-learning term when
-        ``advantage_learning`` > 0; both nets in eval mode, no grad, and no autocast: in
-        eval mode BatchNorm is an affine map with a large shift, and in bf16 it cancels
-        to errors of ~0.35 in a Q of 66, as large as the action gaps (docs/learning.md)."""
+    # The two functions the step compiles: bound methods, so the compiled graphs see the
+    # learner's networks (and guard on them) as the eager ones do.
+    def _targets(self, *batch: torch.Tensor) -> torch.Tensor:
         alpha = self.settings.advantage_learning
-        q_next_online = self.online(next_obs, next_prev)
-        if alpha > 0:  # a Python constant: the compiled graph has one branch
-            both = self.target(torch.cat((next_obs, obs)), torch.cat((next_prev, prev)))
-            q_next_target, q_target = both.tensor_split(2)
-        else:
-            q_next_target = self.target(next_obs, next_prev)
-        best_action = q_next_online.argmax(dim=1, keepdim=True)
-        bootstrap = q_next_target.gather(1, best_action).squeeze(1)
-        target = ret + discount * bootstrap
-        if alpha > 0:
-            gap = q_target.max(dim=1).values - q_target.gather(1, action.unsqueeze(1)).squeeze(1)
-            target = target - alpha * gap
-        return target
+        return double_dqn_targets(self.online, self.target, *batch, advantage_learning=alpha)
 
-    def _loss_impl(
-        self,
-        obs: torch.Tensor,
-        prev_action: torch.Tensor,
-        action: torch.Tensor,
-        target: torch.Tensor,
-        weight: torch.Tensor,
-        denom: torch.Tensor,
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Masked Huber loss, detached [loss, sum w|td|, sum w*q, sum w] statistics, and the
-        per-sample |td| (detached)."""
-        with self._autocast():
-            q_all = self.online(obs, prev_action)
-        q_taken = q_all.float().gather(1, action.unsqueeze(1)).squeeze(1)
-        # smooth_l1 with beta=1 is the Huber loss with delta=1.
-        per_sample = F.smooth_l1_loss(q_taken, target, reduction="none", beta=1.0)
-        loss = (weight * per_sample).sum() / denom
-        q_detached = q_taken.detach()
-        td_abs = (target - q_detached).abs()
-        stats = torch.stack(
-            [
-                loss.detach(),
-                (weight * td_abs).sum(),
-                (weight * q_detached).sum(),
-                weight.sum(),
-            ]
-        )
-        return loss, stats, td_abs
+    def _loss(self, *tensors: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        return huber_loss(self.online, *tensors, amp_dtype=self.amp_dtype)
+
+    # ------------------------------------------------------------------ state
+
+    def _snapshot(self) -> dict[str, Any]:
+        """A copy of everything an update changes (weights, buffers, optimizer, scaler, metrics)."""
+
+        def clone_tensors(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+            return {k: v.detach().clone() for k, v in state.items()}
+
+        return {
+            "online": clone_tensors(self.online.state_dict()),
+            "target": clone_tensors(self.target.state_dict()),
+            "optimizer": copy.deepcopy(self.optimizer.state_dict()),
+            "scaler": copy.deepcopy(self.scaler.state_dict()) if self.scaler is not None else None,
+            "updates": self.updates,
+            "metric_sums": self._metric_sums.clone(),
+            "metric_updates": self._metric_updates,
+            "acting": clone_tensors(self.acting.state_dict()) if self.acting is not None else None,
+        }
+
+    def _restore(self, saved: dict[str, Any]) -> None:
+        """Put back what :meth:`_snapshot` copied. load_state_dict copies in place, so
+        parameter identities (which the optimizer and the compiled graphs refer to) stay."""
+        self.online.load_state_dict(saved["online"])
+        self.target.load_state_dict(saved["target"])
+        self.optimizer.load_state_dict(saved["optimizer"])
+        if self.scaler is not None and saved["scaler"] is not None:
+            self.scaler.load_state_dict(saved["scaler"])
+        self.updates = saved["updates"]
+        self._metric_sums.copy_(saved["metric_sums"])
+        self._metric_updates = saved["metric_updates"]
+        if self.acting is not None:
+            self.acting.load_state_dict(saved["acting"])
+        self.optimizer.zero_grad(set_to_none=True)
 
     # ------------------------------------------------------------------ helpers
 

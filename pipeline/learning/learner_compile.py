@@ -1,74 +1,34 @@
-"""The learner's compilation and warm-up: torch.compile once, fall back to eager on failure.
+"""The learner's compiled step: torch.compile once, fall back to eager on failure.
 
-:class:`~pipeline.learning.learner.Learner` compiles its two pure tensor functions (target
-computation and loss forward; AOTAutograd compiles the backward too) at its first
-update, which :func:`warm_up` runs on random data before training starts:
+:class:`CompiledStep` owns the compile state of a
+:class:`~pipeline.learning.learner.Learner`: its two pure tensor functions (the target
+computation and the loss forward, :mod:`~pipeline.learning.dqn_loss`; AOTAutograd compiles
+the loss's backward too), eager until the first update, then compiled, or eager again for
+good when compiling failed. The learner runs every update through :meth:`CompiledStep.run`,
+which at the first one compiles, runs the update, and on any compiler or backend failure
+puts the learner's state back (through the ``save``/``restore`` pair it is handed), emits
+one :class:`CompileFallbackWarning` naming the error and runs the update in eager mode; a
+failure that a Ctrl-C caused (the compiler's own subprocess killed by the same SIGINT) is
+raised as ``KeyboardInterrupt`` instead, so an interrupted warm-up never turns into a run.
 
-- :func:`first_compiled_update`: compiles, runs the update, and on any compiler or
-  backend failure restores the learner's state, emits one :class:`CompileFallbackWarning`
-  naming the error and carries on in eager mode; a failure that a Ctrl-C caused (the
-  compiler's own subprocess killed by the same SIGINT) is raised as
-  ``KeyboardInterrupt`` instead, so an interrupted warm-up never turns into a run.
-- :func:`warm_up`: a few updates on random data, then every piece of learner state (and
-  the global torch RNG) put back exactly as it was.
-- :func:`snapshot_state` / :func:`restore_state`: that state, copied and put back in place
-  (parameter identities kept: the optimizer and the compiled graphs refer to them).
+:func:`random_batch` is the warm-up's data: a few updates on it before training compile
+the step with the training batch's shapes.
 """
 
 from __future__ import annotations
 
-import copy
 import logging
 import signal
 import subprocess
-import time
 import warnings
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any, TypeVar
 
 import torch
-from torch import nn
 
 from pipeline.learning.replay import Batch
 
-
-class CompileSettings(Protocol):
-    """The learner settings compiling reads."""
-
-    compile_backend: str
-    compile_mode: str | None
-    frame_stack: int
-
-
-class Learner(Protocol):
-    """What compiling and warming up touch of a :class:`pipeline.learning.learner.Learner`.
-
-    A protocol rather than an import: the learner imports this module, and imports point
-    one way (not even a type-checking import back).
-    """
-
-    settings: CompileSettings
-    num_actions: int
-    device: torch.device
-    amp_dtype: torch.dtype | None
-    compiled: bool
-    updates: int
-    online: nn.Module
-    target: nn.Module
-    acting: Any  # an ActingCopy or None
-    optimizer: torch.optim.Optimizer
-    scaler: torch.amp.GradScaler | None
-    _compile_pending: bool
-    _targets_fn: Callable[..., torch.Tensor]
-    _loss_fn: Callable[..., tuple[torch.Tensor, torch.Tensor, torch.Tensor]]
-    _metric_sums: torch.Tensor
-    _metric_updates: int
-
-    def update(self, batch: Any) -> torch.Tensor: ...
-    def _update_step(self, *tensors: torch.Tensor, calibration_states: Any = None) -> torch.Tensor: ...
-    def _targets_impl(self, *tensors: torch.Tensor) -> torch.Tensor: ...
-    def _loss_impl(self, *tensors: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]: ...
-
+__all__ = ["WARMUP_UPDATES", "CompileFallbackWarning", "CompiledStep", "caused_by_interrupt", "random_batch"]
 
 logger = logging.getLogger("pipeline.learning.learner")
 
@@ -76,6 +36,9 @@ logger = logging.getLogger("pipeline.learning.learner")
 # recompile the second call might cause, cheap enough to be negligible in eager mode.
 WARMUP_UPDATES = 3
 _ERROR_TEXT_LIMIT = 500
+
+Result = TypeVar("Result")
+Saved = TypeVar("Saved")
 
 
 class CompileFallbackWarning(RuntimeWarning):
@@ -111,65 +74,61 @@ def caused_by_interrupt(exc: BaseException) -> bool:
     return False
 
 
-def compiled(fn: Callable[..., Any], settings: CompileSettings) -> Callable[..., Any]:
-    # dynamic=False: batch shapes are fixed in training; static-shape kernels are
-    # faster, and a different micro-batch size just gets its own graph.
-    return torch.compile(fn, backend=settings.compile_backend, mode=settings.compile_mode, dynamic=False)
+class CompiledStep:
+    """The targets and loss functions an update calls, compiled at the first update or eager.
 
-
-def first_compiled_update(
-    learner: Learner, tensors: tuple[torch.Tensor, ...], calibration_states: Any = None
-) -> torch.Tensor:
-    """The learner's first update, with its functions compiled; eager if compiling fails."""
-    learner._compile_pending = False
-    snapshot = snapshot_state(learner)
-    try:
-        learner._targets_fn = compiled(learner._targets_impl, learner.settings)
-        learner._loss_fn = compiled(learner._loss_impl, learner.settings)
-        td_abs = learner._update_step(*tensors, calibration_states=calibration_states)
-    except Exception as exc:  # any compiler/backend failure: fall back, do not crash
-        restore_state(learner, snapshot)  # undo whatever the failed attempt changed
-        learner._targets_fn = learner._targets_impl
-        learner._loss_fn = learner._loss_impl
-        learner.compiled = False
-        if caused_by_interrupt(exc):
-            raise KeyboardInterrupt from exc
-        warnings.warn(
-            f"torch.compile (backend={learner.settings.compile_backend!r}) failed, the "
-            f"learner continues in eager mode (slower): {short_error(exc)}",
-            CompileFallbackWarning,
-            stacklevel=3,
-        )
-        logger.debug("torch.compile failure", exc_info=True)
-        return learner._update_step(*tensors, calibration_states=calibration_states)
-    learner.compiled = True
-    return td_abs
-
-
-def warm_up(learner: Learner, batch_size: int) -> float:
-    """Compile (if enabled) by running a few updates on random data; restore all state.
-
-    Online and target weights and BatchNorm buffers, optimizer and scaler state, the
-    update counter, pending metrics and the global torch RNG are restored exactly.
-    Use the training batch size so the compiled graphs match the real shapes.
-    Returns the seconds spent.
+    Args:
+        targets: the eager target computation (no autograd).
+        loss: the eager loss forward (its backward is compiled with it).
+        compile: whether to compile them at the first :meth:`run`.
+        backend: the ``torch.compile`` backend.
     """
-    start = time.perf_counter()
-    snapshot = snapshot_state(learner)
-    cpu_rng = torch.get_rng_state()
-    batch = random_batch(learner.num_actions, learner.settings.frame_stack, batch_size)
-    for _ in range(WARMUP_UPDATES):
-        learner.update(batch)
-    restore_state(learner, snapshot)
-    torch.set_rng_state(cpu_rng)
-    if learner.device.type == "cuda":
-        torch.cuda.synchronize(learner.device)  # so the returned time includes the GPU work
-    elapsed = time.perf_counter() - start
-    logger.info("learner warmup: %.1f s, compiled=%s, amp_dtype=%s", elapsed, learner.compiled, learner.amp_dtype)
-    return elapsed
+
+    def __init__(
+        self, targets: Callable[..., torch.Tensor], loss: Callable[..., Any], *, compile: bool, backend: str
+    ) -> None:
+        self._eager = (targets, loss)
+        self.targets = targets  # what an update calls: eager, or compiled after the first run
+        self.loss = loss
+        self.backend = backend
+        self.pending = compile  # compilation is attempted once, at the first run
+        self.compiled = False
+
+    def run(
+        self, update: Callable[[], Result], *, save: Callable[[], Saved], restore: Callable[[Saved], None]
+    ) -> Result:
+        """``update()``, which calls :attr:`targets` and :attr:`loss`; the first time with
+        them compiled, and eager after one warning if that fails (``restore(save())`` undoes
+        what the failed attempt changed)."""
+        if not self.pending:
+            return update()
+        self.pending = False
+        saved = save()
+        try:
+            # dynamic=False: batch shapes are fixed in training; static-shape kernels are
+            # faster, and a different micro-batch size just gets its own graph.
+            self.targets = torch.compile(self._eager[0], backend=self.backend, dynamic=False)
+            self.loss = torch.compile(self._eager[1], backend=self.backend, dynamic=False)
+            result = update()
+        except Exception as exc:  # any compiler/backend failure: fall back, do not crash
+            restore(saved)
+            self.targets, self.loss = self._eager
+            if caused_by_interrupt(exc):
+                raise KeyboardInterrupt from exc
+            warnings.warn(
+                f"torch.compile (backend={self.backend!r}) failed, the learner continues in "
+                f"eager mode (slower): {short_error(exc)}",
+                CompileFallbackWarning,
+                stacklevel=3,
+            )
+            logger.debug("torch.compile failure", exc_info=True)
+            return update()
+        self.compiled = True
+        return result
 
 
 def random_batch(num_actions: int, frame_stack: int, batch_size: int) -> Batch:
+    """A batch of random data in the replay's shapes, the same every time."""
     # A private generator so warmup does not move the global RNG streams.
     gen = torch.Generator().manual_seed(0)
     shape = (batch_size, frame_stack, 84, 84)
@@ -183,37 +142,3 @@ def random_batch(num_actions: int, frame_stack: int, batch_size: int) -> Batch:
         prev_action=torch.randint(0, num_actions + 1, (batch_size,), generator=gen),
         next_prev_action=torch.randint(0, num_actions + 1, (batch_size,), generator=gen),
     )
-
-
-def snapshot_state(learner: Learner) -> dict[str, Any]:
-    """A copy of everything an update changes (weights, buffers, optimizer, scaler, metrics)."""
-
-    def clone_tensors(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        return {k: v.detach().clone() for k, v in state.items()}
-
-    return {
-        "online": clone_tensors(learner.online.state_dict()),
-        "target": clone_tensors(learner.target.state_dict()),
-        "optimizer": copy.deepcopy(learner.optimizer.state_dict()),
-        "scaler": copy.deepcopy(learner.scaler.state_dict()) if learner.scaler is not None else None,
-        "updates": learner.updates,
-        "metric_sums": learner._metric_sums.clone(),
-        "metric_updates": learner._metric_updates,
-        "acting": clone_tensors(learner.acting.state_dict()) if learner.acting is not None else None,
-    }
-
-
-def restore_state(learner: Learner, snapshot: dict[str, Any]) -> None:
-    # load_state_dict copies in place, so parameter identities (which the optimizer
-    # and the compiled graphs refer to) are preserved.
-    learner.online.load_state_dict(snapshot["online"])
-    learner.target.load_state_dict(snapshot["target"])
-    learner.optimizer.load_state_dict(snapshot["optimizer"])
-    if learner.scaler is not None and snapshot["scaler"] is not None:
-        learner.scaler.load_state_dict(snapshot["scaler"])
-    learner.updates = snapshot["updates"]
-    learner._metric_sums.copy_(snapshot["metric_sums"])
-    learner._metric_updates = snapshot["metric_updates"]
-    if learner.acting is not None:
-        learner.acting.load_state_dict(snapshot["acting"])
-    learner.optimizer.zero_grad(set_to_none=True)

@@ -40,7 +40,6 @@ class LearnerSettings:
     amp: bool = True
     device: str = "cpu"
     compile_backend: str = "inductor"
-    compile_mode: str | None = None  # torch.compile mode, e.g. "max-autotune"; None = default
 
     @classmethod
     def from_config(cls, cfg: Any, *, compile: bool, amp: bool, device: str) -> LearnerSettings:

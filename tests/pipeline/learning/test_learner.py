@@ -1,5 +1,6 @@
-"""Tests for pipeline.learning.learner: Double-DQN loss, masking, grad accumulation, target sync,
-warmup restore, compile (and its fallback), AMP, metrics and published weights."""
+"""Tests for pipeline.learning.learner (and the dqn_loss functions and compiled step it
+runs): Double-DQN loss, masking, grad accumulation, target sync, warmup restore, compile
+(and its fallback), AMP, metrics and published weights."""
 
 from __future__ import annotations
 
@@ -11,8 +12,10 @@ import pytest
 import torch
 from torch import nn
 
+from pipeline.learning.dqn_loss import targets
 from pipeline.learning.learner import Learner
-from pipeline.learning.learner_compile import CompileFallbackWarning
+from pipeline.learning.learner_compile import CompiledStep, CompileFallbackWarning
+from pipeline.learning.learner_device import batch_to_device
 from pipeline.learning.learner_settings import LearnerSettings
 from pipeline.learning.replay import Batch
 
@@ -43,6 +46,18 @@ def make_learner(**overrides: object) -> Learner:
     settings = LearnerSettings(compile=False, amp=False, learning_rate=1e-3)
     torch.manual_seed(0)
     return Learner(NUM_ACTIONS, replace(settings, **overrides))
+
+
+def loss_of(learner: Learner, batch: Batch) -> torch.Tensor:
+    """The full-batch masked Huber loss an update minimises, with its autograd graph, from
+    the functions the learner's step runs (compiled once it compiled). Like an update, the
+    train-mode forward advances the online net's BatchNorm running statistics."""
+    obs, action, ret, next_obs, discount, weight, prev, next_prev = batch_to_device(
+        batch, learner.device, learner.num_actions
+    )
+    target = targets(learner.online, learner.step.targets, next_obs, next_prev, ret, discount, obs, prev, action)
+    loss, _, _ = learner.step.loss(obs, prev, action, target, weight, weight.sum().clamp(min=1.0))
+    return loss
 
 
 def state_equal(a: dict, b: dict) -> bool:
@@ -105,7 +120,7 @@ def test_double_dqn_loss_matches_hand_computation(prev_action_input: bool, batch
     online_copy, target_copy = copy.deepcopy(learner.online), copy.deepcopy(learner.target)
 
     expected = reference_loss(online_copy, target_copy, batch)
-    got = learner.compute_loss(batch)
+    got = loss_of(learner, batch)
     torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-6)
 
     # Sanity: the vanilla-DQN target (max over the target net) gives another value, so
@@ -133,7 +148,7 @@ def test_advantage_learning_lowers_each_action_by_alpha_times_its_gap() -> None:
 
     y, q = reference_target_and_q(online_copy, target_copy, batch)
     expected = (batch.weight * huber(y - alpha * gap - q)).sum() / batch.weight.sum()
-    torch.testing.assert_close(learner.compute_loss(batch), expected, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(loss_of(learner, batch), expected, rtol=1e-5, atol=1e-6)
     # Without the term the loss differs: the check above sees the gaps.
     plain = (batch.weight * huber(y - q)).sum() / batch.weight.sum()
     assert not torch.allclose(plain, expected)
@@ -158,10 +173,10 @@ def test_update_returns_each_samples_td_error(grad_accum: int) -> None:
 def test_loss_decreases_when_overfitting_a_fixed_batch() -> None:
     learner = make_learner()
     batch = make_batch(size=8)
-    first = learner.compute_loss(batch).item()
+    first = loss_of(learner, batch).item()
     for _ in range(40):
         learner.update(batch)
-    last = learner.compute_loss(batch).item()
+    last = loss_of(learner, batch).item()
     assert last < 0.5 * first, (first, last)
     assert learner.updates == 40
 
@@ -179,7 +194,7 @@ def test_zero_weight_samples_do_not_affect_gradients() -> None:
     grads = []
     for b in (batch, garbage):
         learner = make_learner()
-        learner.compute_loss(b).backward()
+        loss_of(learner, b).backward()
         grads.append([p.grad.clone() for p in learner.online.parameters()])
     for g_clean, g_garbage in zip(*grads):
         torch.testing.assert_close(g_clean, g_garbage, rtol=0, atol=0)
@@ -188,7 +203,7 @@ def test_zero_weight_samples_do_not_affect_gradients() -> None:
 def test_all_invalid_batch_gives_zero_loss() -> None:
     learner = make_learner()
     batch = make_batch(size=4, valid=0)
-    assert learner.compute_loss(batch).item() == 0.0
+    assert loss_of(learner, batch).item() == 0.0
 
 
 def test_grad_accum_matches_manual_two_micro_batch_step() -> None:
@@ -300,6 +315,33 @@ def test_compile_failure_falls_back_to_eager_with_one_warning() -> None:
     assert all(torch.isfinite(torch.tensor(v)) for v in metrics.values())
 
 
+def test_compiled_step_puts_the_state_back_and_runs_eager_after_a_failed_compile() -> None:
+    calls: list[str] = []
+    step = CompiledStep(lambda x: x + 1, lambda x: x * 2, compile=True, backend="no_such_backend_for_tests")
+
+    def update() -> torch.Tensor:
+        calls.append("update")
+        return step.loss(step.targets(torch.ones(2)))
+
+    def save() -> str:
+        calls.append("save")
+        return "saved"
+
+    with pytest.warns(CompileFallbackWarning, match="no_such_backend_for_tests"):
+        out = step.run(update, save=save, restore=lambda saved: calls.append(f"restore {saved}"))
+    assert torch.equal(out, torch.full((2,), 4.0))  # the eager functions
+    assert calls[0] == "save" and calls.count("restore saved") == 1 and calls[-1] == "update"
+    assert not step.compiled and not step.pending
+    calls.clear()
+    step.run(update, save=save, restore=lambda saved: calls.append("restore"))
+    assert calls == ["update"]  # compiling is tried once
+
+    eager = CompiledStep(lambda x: x, lambda x: x, compile=False, backend="inductor")
+    calls.clear()
+    eager.run(lambda: calls.append("update"), save=save, restore=lambda saved: calls.append("restore"))
+    assert calls == ["update"] and not eager.compiled
+
+
 # Inductor itself triggers torch.jit deprecation warnings while compiling; not ours.
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")
 @pytest.mark.parametrize(
@@ -314,7 +356,7 @@ def test_compiled_loss_matches_eager(prev_action_input: bool, advantage_learning
     assert compiled.compiled is True
     eager.load_state_dict(copy.deepcopy(compiled.state_dict()))
     batch = make_batch(size=4, seed=5)
-    torch.testing.assert_close(compiled.compute_loss(batch), eager.compute_loss(batch), rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(loss_of(compiled, batch), loss_of(eager, batch), rtol=1e-4, atol=1e-5)
     compiled.update(batch)
     eager.update(batch)
     for (name, p_c), p_e in zip(compiled.online.named_parameters(), eager.online.parameters()):
@@ -346,14 +388,13 @@ def test_amp_targets_are_computed_in_float32() -> None:
     amp.online.load_state_dict(fp32.online.state_dict())
     perturb(amp.target, seed=3)
     fp32.target.load_state_dict(amp.target.state_dict())
-    tensors = amp._batch_to_device(batch)
-    obs, action, ret, next_obs, discount, weight, prev, next_prev = tensors
-    expected = fp32._compute_targets(next_obs, next_prev, ret, discount, obs, prev, action)
-    got = amp._compute_targets(next_obs, next_prev, ret, discount, obs, prev, action)
+    obs, action, ret, next_obs, discount, weight, prev, next_prev = batch_to_device(batch, amp.device, NUM_ACTIONS)
+    expected = targets(fp32.online, fp32.step.targets, next_obs, next_prev, ret, discount, obs, prev, action)
+    got = targets(amp.online, amp.step.targets, next_obs, next_prev, ret, discount, obs, prev, action)
     assert got.dtype == torch.float32
     assert torch.equal(got, expected)
-    loss_amp, _, _ = amp._loss_impl(obs, prev, action, got, weight, weight.sum())
-    loss_fp32, _, _ = fp32._loss_impl(obs, prev, action, got, weight, weight.sum())
+    loss_amp, _, _ = amp.step.loss(obs, prev, action, got, weight, weight.sum())
+    loss_fp32, _, _ = fp32.step.loss(obs, prev, action, got, weight, weight.sum())
     assert loss_amp.item() != loss_fp32.item()  # the loss's forward is the part in bf16
 
 
@@ -392,16 +433,6 @@ def test_publishable_state_equals_online_state_dict() -> None:
         assert value.data_ptr() != online[key].data_ptr()
 
 
-def test_q_values_eval_mode_and_shape() -> None:
-    learner = make_learner()
-    obs = make_batch(size=3).obs
-    before = learner.online.features[1].running_mean.clone()
-    q = learner.q_values(obs)
-    assert q.shape == (3, NUM_ACTIONS) and q.dtype == torch.float32
-    assert torch.equal(before, learner.online.features[1].running_mean)  # eval: no BN update
-    assert learner.online.training
-
-
 def test_state_dict_round_trip_resumes_identically() -> None:
     batch = make_batch(size=4)
     a = make_learner()
@@ -418,7 +449,7 @@ def test_state_dict_round_trip_resumes_identically() -> None:
 def test_previous_actions_reach_the_loss_and_a_batch_without_them_means_none() -> None:
     learner = make_learner(prev_action_input=True)
     batch = make_batch(size=6)
-    with_prev = learner.compute_loss(batch)
+    with_prev = loss_of(learner, batch)
     none = torch.full((6,), NUM_ACTIONS)
     stripped = Batch(batch.obs, batch.action, batch.ret, batch.next_obs, batch.discount, batch.weight)
     explicit_none = Batch(
@@ -426,8 +457,8 @@ def test_previous_actions_reach_the_loss_and_a_batch_without_them_means_none() -
     )
     # BatchNorm's running statistics move with every train-mode forward: compare fresh copies.
     a, b = make_learner(prev_action_input=True), make_learner(prev_action_input=True)
-    torch.testing.assert_close(a.compute_loss(stripped), b.compute_loss(explicit_none))
-    assert not torch.allclose(with_prev, make_learner(prev_action_input=True).compute_loss(explicit_none))
+    torch.testing.assert_close(loss_of(a, stripped), loss_of(b, explicit_none))
+    assert not torch.allclose(with_prev, loss_of(make_learner(prev_action_input=True), explicit_none))
     before = learner.online.prev_action.weight.detach().clone()
     learner.update(batch)
     assert not torch.equal(before[:NUM_ACTIONS], learner.online.prev_action.weight[:NUM_ACTIONS])

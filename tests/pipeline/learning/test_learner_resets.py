@@ -7,7 +7,7 @@ import copy
 import torch
 
 from models import QNetwork
-from tests.pipeline.learning.test_learner import NUM_ACTIONS, make_batch, make_learner
+from tests.pipeline.learning.test_learner import NUM_ACTIONS, loss_of, make_batch, make_learner
 
 
 def test_shrink_and_perturb_mixes_in_a_fresh_init_and_restarts_adam() -> None:
@@ -31,10 +31,10 @@ def test_shrink_and_perturb_mixes_in_a_fresh_init_and_restarts_adam() -> None:
 
     # The optimizer goes on consistently: fresh moments at step 1, finite weights, and the
     # loss on a fixed batch still falls.
-    losses = [float(learner.compute_loss(batch).detach())]
+    losses = [float(loss_of(learner, batch).detach())]
     for _ in range(15):
         learner.update(batch)
-    losses.append(float(learner.compute_loss(batch).detach()))
+    losses.append(float(loss_of(learner, batch).detach()))
     steps = {float(state["step"]) for state in learner.optimizer.state.values()}
     assert steps == {15.0} and len(learner.optimizer.state) == len(before)
     assert all(torch.isfinite(p).all() for p in learner.online.parameters())
