@@ -71,6 +71,16 @@ def play_command(argv: list[str]) -> int:
     policy = load_policy(args.checkpoint, args.env_id)
     if not args.out:
         out = check_output_path(default_video(policy.path, policy.frames), VIDEO_SUFFIXES, "video")
+    if policy.provenance:  # an export: say what is playing
+        record = policy.provenance
+        figures = record.get("figures") or {}
+        measured = (
+            f"; measured x_pos {figures['mean_x_pos']:.0f}, flag rate {figures['flag_rate']:.2f} "
+            f"over {figures['episodes']} episodes at epsilon {figures['epsilon']:g}"
+            if figures
+            else ""
+        )
+        print(f"playing {policy.path}: trained for {policy.frames} frames{measured}")
     env = build_env(policy.config, policy.env_id, seed=args.seed)
     results = []
     writer = open_video(out, video_fps(policy.env_id, policy.config.frame_skip))
