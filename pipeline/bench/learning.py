@@ -62,7 +62,7 @@ from pipeline.bench.learning_figures import (
 from pipeline.bench.learning_steadiness import steadiness_at_marks
 from pipeline.common.errors import OneLineParser, UserError
 from pipeline.common.files import atomic_write_text
-from pipeline.run.eval_protocol import Protocol
+from pipeline.run.evaluator.protocol import Protocol
 
 ROOT = Path(__file__).resolve().parents[2]
 PLOT_NAME = "learning.png"

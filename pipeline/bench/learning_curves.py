@@ -2,7 +2,7 @@
 
 A run trained with ``mark_interval_frames`` keeps its online network at fixed frame
 counts (``checkpoints/marks/frames-<N>.pt``). Here each mark is evaluated by the protocol
-of :mod:`~pipeline.run.eval_protocol` (by default 20 episodes at epsilon 0.05, each from a
+of :mod:`~pipeline.run.evaluator.protocol` (by default 20 episodes at epsilon 0.05, each from a
 seed of its own, the same seeds for every mark, run and variant), with the single greedy
 episode that ``python main.py play`` shows beside it. Marks are evaluated in parallel
 processes, after training, so evaluation never competes with the run it measures, and
@@ -15,7 +15,7 @@ the curve is summed up the way the field reports sample efficiency:
   (trapezoids), so a variant that learns earlier scores higher at equal final x_pos.
 
 Evaluations are cached in ``<run>/learning-eval.json``, keyed by the protocol
-(:meth:`~pipeline.run.eval_protocol.Protocol.key`: episodes, epsilon, seeds, step cap)
+(:meth:`~pipeline.run.evaluator.protocol.Protocol.key`: episodes, epsilon, seeds, step cap)
 and the mark's file name: a run that goes on later, or a report drawn again, evaluates
 only new marks, and another protocol never reads an entry made by a different one.
 """
@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.common.files import atomic_write_text
-from pipeline.run.eval_protocol import EVAL_SEED_OFFSET, Protocol
+from pipeline.run.evaluator.protocol import EVAL_SEED_OFFSET, Protocol
 
 EVAL_CACHE = "learning-eval.json"
 X_POS_GOAL = 1800  # past the second pit of 1-1 (the old default's greedy agent died at 1,423)
@@ -91,7 +91,7 @@ def evaluate_mark(path: str, protocol: dict[str, Any]) -> dict[str, Any]:
     played by :func:`~pipeline.run.value_check.value_check` (the same episodes as
     ``play_protocol``), so the values against the returns come with them at no extra play."""
     from pipeline.learning.policy import build_env, load_policy, run_episode, single_thread_torch
-    from pipeline.run.eval_protocol import protocol_figures
+    from pipeline.run.evaluator.protocol import protocol_figures
     from pipeline.run.value_check import value_check
 
     policy = load_policy(path)

@@ -34,7 +34,7 @@ SOAK_REPLAY_CAPACITY = 3_000  # fills within about a minute on a loaded 2-core C
 def evaluation_cost(window: dict[str, float], cfg: Any) -> dict[str, float]:
     """What one evaluation costs, from the with-evaluator run's window (:func:`window_figures`).
 
-    Measured from the evaluator's steps as they went (:mod:`~pipeline.run.eval_progress`),
+    Measured from the evaluator's steps as they went (:mod:`~pipeline.run.evaluator.progress`),
     not from finished evaluations only: niced beside two collectors and the learner on 2
     cores it gets a few percent of a core, and one evaluation of the default protocol (up
     to 11 episodes of 2,000 steps) takes it many minutes, far past a part of seconds.

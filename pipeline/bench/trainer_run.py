@@ -229,7 +229,7 @@ def window_figures(snaps: Sequence[Any], first: int, last: int) -> dict[str, flo
     out["eval_wall_s_total"] = b.gauges.get("eval_wall_s_total", 0.0)
     out["eval_cpu_s_total"] = b.gauges.get("eval_cpu_s_total", 0.0)
     # The evaluator's steps and seconds of evaluating in the window, as they went
-    # (pipeline.run.eval_progress), and in the whole run up to b.
+    # (pipeline.run.evaluator.progress), and in the whole run up to b.
     for key in ("evaluator_steps", "evaluator_eval_cpu_s", "evaluator_eval_wall_s"):
         out[f"{key}_window"] = b.gauges.get(key, 0.0) - a.gauges.get(key, 0.0)
         out[f"{key}_run"] = b.gauges.get(key, 0.0)

@@ -2,7 +2,7 @@
 
 Loading the checkpoint and playing use :mod:`pipeline.learning.policy`, as ``play`` and
 the in-training evaluator do, and the episodes follow the evaluation protocol
-(:mod:`pipeline.run.eval_protocol`) that the evaluator and the learning benchmark play:
+(:mod:`pipeline.run.evaluator.protocol`) that the evaluator and the learning benchmark play:
 episode ``i`` (counting from 0) resets its env with ``seed + i`` and draws its random
 actions from a generator of its own derived from ``seed + i``. So an episode's figures
 depend only on the weights and its seed, and the benchmark's figures of a mark are
@@ -171,7 +171,7 @@ def recalibrate_policy(policy: Policy, replay_path: str, states: int | None, see
 def eval_command(argv: list[str]) -> int:
     """``python main.py eval ...``: play episodes with a checkpoint and print statistics."""
     from pipeline.common.files import check_output_path
-    from pipeline.run.eval_protocol import Protocol, play_protocol
+    from pipeline.run.evaluator.protocol import Protocol, play_protocol
     from pipeline.run.value_check import value_check
 
     args = build_parser().parse_args(argv)

@@ -3,9 +3,10 @@
 - :mod:`~pipeline.run.collector`: the collector process (emulators, acting, ring writes).
 - :mod:`~pipeline.run.supervisor`: starts, watches and restarts collectors.
 - :mod:`~pipeline.run.consolidator`: the asyncio task that drains the rings into replay.
-- :mod:`~pipeline.run.evaluator`: evaluations beside training, best video;
-  :mod:`~pipeline.run.eval_protocol`: the protocol it and the learning benchmark share
-  (episodes at an epsilon, each from a seed of its own; mean and median x_pos, flag rate);
+- :mod:`~pipeline.run.evaluator` (a sub-package): evaluations beside training, best
+  video; the protocol it and the learning benchmark share (episodes at an epsilon, each
+  from a seed of its own; mean and median x_pos, flag rate), training's hold for an
+  overdue evaluation, and the trainer's side of it;
   :mod:`~pipeline.run.value_check`: the values of those episodes' greedy steps against
   the returns that followed them (``eval --values``).
 - :mod:`~pipeline.run.monitor`, :mod:`~pipeline.run.procstats`: the throughput monitor
@@ -17,7 +18,7 @@
   :mod:`~pipeline.run.startup` builds what it needs (run directory, learner, replay),
   :mod:`~pipeline.run.pacing` holds the replay ratio and epsilon schedule,
   :mod:`~pipeline.run.snapshots` turns counters into the monitor's snapshot,
-  :mod:`~pipeline.run.evaluations` and :mod:`~pipeline.run.run_checkpoints` drive the
+  :mod:`~pipeline.run.evaluator.evaluations` and :mod:`~pipeline.run.run_checkpoints` drive the
   evaluator and the checkpoints, :mod:`~pipeline.run.write_failures` reports a write that
   fails while the run goes on.
 - :mod:`~pipeline.run.preflight`: the machine's limits checked before a run starts, and

@@ -38,7 +38,7 @@ from pipeline.learning.flat_state import state_numel
 from pipeline.run.collection import CollectionBackend
 from pipeline.run.collector import CollectorArgs
 from pipeline.run.consolidator import Consolidator
-from pipeline.run.evaluations import Evaluations
+from pipeline.run.evaluator.evaluations import Evaluations
 from pipeline.run.monitor import Monitor
 from pipeline.run.monitor_keys import COUNTER_KEYS, CounterKey, LearnerPhase
 from pipeline.run.pacing import RateLimiter, next_mark

@@ -22,7 +22,7 @@ import torch
 
 from pipeline.learning.learner import Learner
 from pipeline.run.consolidator import Consolidator
-from pipeline.run.evaluations import Evaluations
+from pipeline.run.evaluator.evaluations import Evaluations
 from pipeline.run.monitor_keys import (
     CounterKey,
     LearnerPhase,

@@ -1,7 +1,7 @@
 """The trainer's side of the evaluator process: start it, take its results, report them.
 
 The evaluator (:mod:`pipeline.run.evaluator`) plays ``eval_episodes`` episodes at
-``eval_epsilon`` (the protocol of :mod:`~pipeline.run.eval_protocol`) with the published
+``eval_epsilon`` (the protocol of :mod:`~pipeline.run.evaluator.protocol`) with the published
 weights in a process of its own. Here, in the learner, its results are taken without
 ever blocking the event loop (once per monitor tick), announced, summed, and turned into
 the ``eval_*`` gauges of the monitor snapshot (:data:`~pipeline.run.monitor_keys.EVAL_GAUGES`).
@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from config import Config
-from pipeline.run.evaluator import Evaluator
+from pipeline.run.evaluator.evaluator import Evaluator
 from pipeline.run.monitor import Monitor
 from pipeline.run.monitor_keys import EVAL_GAUGES, EVAL_RESULT_FIELDS
 from pipeline.run.procstats import process_stats
@@ -103,7 +103,7 @@ class Evaluations:
 
     def gauges(self) -> dict[str, float]:
         """The ``eval_*`` gauges (NaN before the first evaluation), then the evaluator
-        process's CPU and memory and its progress (:mod:`~pipeline.run.eval_progress`)
+        process's CPU and memory and its progress (:mod:`~pipeline.run.evaluator.progress`)
         when there is one."""
         last = self.last or {}
         nan = float("nan")

@@ -9,7 +9,7 @@ percent of it, and without a hold it evaluates whichever multiples of the interv
 happens to reach (two in a 40k-frame run on one busy core); with one, it evaluates at
 every multiple however slow the machine, and the run waits for it instead.
 
-The process sets the hold as it goes (:mod:`~pipeline.run.evaluator`); the learner sets
+The process sets the hold as it goes (:mod:`~pipeline.run.evaluator.process`); the learner sets
 the first one before the process starts (so its start-up, importing torch at nice 10,
 counts as overdue too) and lifts it when the process stops or dies, so a dead evaluator
 never stalls a run: :class:`TrainingHold`.

@@ -1,10 +1,10 @@
 """The evaluator's process: it plays the evaluation protocol on the published weights.
 
-:func:`evaluator_main` is the spawn target that :class:`~pipeline.run.evaluator.Evaluator`
+:func:`evaluator_main` is the spawn target that :class:`~pipeline.run.evaluator.evaluator.Evaluator`
 starts (niced, ignoring SIGINT); its worker loads each new version of the weights from the
 weights block, evaluates at every multiple of the interval in training frames, keeps the
 best episode's video, and sends each result back on a queue. The parent-side handle and
-the whole protocol are described in :mod:`pipeline.run.evaluator`.
+the whole protocol are described in :mod:`pipeline.run.evaluator.evaluator`.
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ from typing import Any
 from config import Config
 from pipeline.common.files import atomic_write
 from pipeline.learning.policy import run_episode
-from pipeline.run.eval_progress import CountingEnv
-from pipeline.run.eval_protocol import EVAL_SEED_OFFSET, Protocol, play_protocol, protocol_figures
+from pipeline.run.evaluator.progress import CountingEnv
+from pipeline.run.evaluator.protocol import EVAL_SEED_OFFSET, Protocol, play_protocol, protocol_figures
 from pipeline.run.pacing import next_mark
 
 SLEEP_S = 0.1  # how often an idle evaluator checks its stop conditions

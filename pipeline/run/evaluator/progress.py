@@ -10,7 +10,7 @@ which no rate over seconds notices). Only evaluating counts: start-up and the sl
 between evaluations are outside.
 
 The learner turns them into the ``evaluator_steps``, ``evaluator_eval_cpu_s`` and
-``evaluator_eval_wall_s`` gauges (:mod:`~pipeline.run.evaluations`); the benchmark's
+``evaluator_eval_wall_s`` gauges (:mod:`~pipeline.run.evaluator.evaluations`); the benchmark's
 evaluator part divides them over its window (:mod:`~pipeline.bench.parts_training`).
 """
 
