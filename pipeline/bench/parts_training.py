@@ -22,7 +22,7 @@ from pipeline.common.child import ChildError
 from pipeline.common.errors import UserError
 from pipeline.learning.learner_choice import choose_learner
 from pipeline.learning.learner_speed import LEARNER_VARIANTS, learner_spec, time_learners
-from pipeline.run.monitor_keys import LEARNER_PHASES
+from pipeline.run.monitor.keys import LEARNER_PHASES
 
 EVALUATOR_BACK_TO_BACK_FRAMES = 1  # eval_interval_frames of the evaluator part's middle run
 # The niced evaluator gets a few % of a core on a busy 2-core box: a longer window counts

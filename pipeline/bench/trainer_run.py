@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING, Any
 
 from pipeline.common.child import Child, ChildError, ChildExited, ChildTimeout
 from pipeline.common.errors import UserError
-from pipeline.run.monitor import Snapshot
-from pipeline.run.monitor_keys import LEARNER_PHASES, collector_phase_key, learner_phase_key, share_key
+from pipeline.run.monitor.keys import LEARNER_PHASES, collector_phase_key, learner_phase_key, share_key
+from pipeline.run.monitor.monitor import Snapshot
 from pipeline.transport.ring import COLLECTOR_PHASES
 
 if TYPE_CHECKING:  # importing the trainer imports torch: not for every bench process

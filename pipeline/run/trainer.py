@@ -55,8 +55,8 @@ from pipeline.run.collection import CollectionBackend
 from pipeline.run.consolidator import Consolidator
 from pipeline.run.evaluator.evaluations import Evaluations
 from pipeline.run.lifecycle import StartupInterrupts, TrainerLifecycle
-from pipeline.run.monitor import Monitor, Snapshot
-from pipeline.run.monitor_keys import COUNTER_KEYS, LEARNER_PHASES, CounterKey, LearnerPhase
+from pipeline.run.monitor.keys import COUNTER_KEYS, LEARNER_PHASES, CounterKey, LearnerPhase
+from pipeline.run.monitor.monitor import Monitor, Snapshot
 from pipeline.run.pacing import epsilon_at, next_mark, priority_beta_at
 from pipeline.run.preflight import RunLock
 from pipeline.run.run_checkpoints import cloned, mark_payload, save_mark

@@ -4,7 +4,7 @@ The evaluator (:mod:`pipeline.run.evaluator`) plays ``eval_episodes`` episodes a
 ``eval_epsilon`` (the protocol of :mod:`~pipeline.run.evaluator.protocol`) with the published
 weights in a process of its own. Here, in the learner, its results are taken without
 ever blocking the event loop (once per monitor tick), announced, summed, and turned into
-the ``eval_*`` gauges of the monitor snapshot (:data:`~pipeline.run.monitor_keys.EVAL_GAUGES`).
+the ``eval_*`` gauges of the monitor snapshot (:data:`~pipeline.run.monitor.keys.EVAL_GAUGES`).
 An evaluator that dies is reported once; training goes on without it.
 """
 
@@ -18,8 +18,8 @@ from typing import Any
 
 from config import Config
 from pipeline.run.evaluator.evaluator import Evaluator
-from pipeline.run.monitor import Monitor
-from pipeline.run.monitor_keys import EVAL_GAUGES, EVAL_RESULT_FIELDS
+from pipeline.run.monitor.keys import EVAL_GAUGES, EVAL_RESULT_FIELDS
+from pipeline.run.monitor.monitor import Monitor
 from pipeline.run.procstats import process_stats
 
 logger = logging.getLogger("mario.trainer")

@@ -14,7 +14,7 @@ import pytest
 
 from pipeline.run import monitor_keys as M
 from pipeline.run.evaluator.evaluations import Evaluations
-from pipeline.run.monitor import Monitor, Snapshot
+from pipeline.run.monitor.monitor import Monitor, Snapshot
 from pipeline.run.run_checkpoints import MIN_EPISODES_FOR_BEST, rolling_return
 from pipeline.run.snapshots import (
     collector_rows,

@@ -1,11 +1,11 @@
-"""The keys of the run's figures: every name a :class:`~pipeline.run.monitor.Snapshot`
+"""The keys of the run's figures: every name a :class:`~pipeline.run.monitor.monitor.Snapshot`
 carries that more than one module names, defined once.
 
 The counters (:data:`COUNTER_KEYS`), the phases' keys (:func:`collector_phase_key`,
 :func:`learner_phase_key`), the evaluator's gauges (:data:`EVAL_GAUGES`) and the collector
 nodes' gauges (:func:`node_gauge_key`). The trainer builds snapshots with them
-(:mod:`pipeline.run.snapshots`); the monitor (:mod:`pipeline.run.monitor`) and its views
-(:mod:`pipeline.run.monitor_view`) read them.
+(:mod:`pipeline.run.snapshots`); the monitor (:mod:`pipeline.run.monitor.monitor`) and its views
+(:mod:`pipeline.run.monitor.view`) read them.
 """
 
 from __future__ import annotations

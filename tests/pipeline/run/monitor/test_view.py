@@ -8,10 +8,10 @@ import io
 
 from rich.console import Console
 
-from pipeline.run.monitor import Monitor, Snapshot
-from pipeline.run.monitor_keys import NODE_GAUGES, node_gauge_key, node_positions
-from pipeline.run.monitor_view import log_line, render_table
-from tests.pipeline.run.test_monitor import NAN, snap
+from pipeline.run.monitor.keys import NODE_GAUGES, node_gauge_key, node_positions
+from pipeline.run.monitor.monitor import Monitor, Snapshot
+from pipeline.run.monitor.view import log_line, render_table
+from tests.pipeline.run.monitor.test_monitor import NAN, snap
 
 
 def shown(table) -> str:

@@ -1,6 +1,6 @@
 """What the monitor shows: the plain log line and the live table (rich) of a derived row.
 
-:class:`~pipeline.run.monitor.Monitor` derives the row (rates, phase shares, gauges) and
+:class:`~pipeline.run.monitor.monitor.Monitor` derives the row (rates, phase shares, gauges) and
 hands it here; these functions only format it. A figure that is NaN (not measured yet, or
 not measured by this run) shows as "-" in the table and is left out of the log line where
 a whole group of figures is missing.
@@ -12,7 +12,7 @@ import math
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from pipeline.run.monitor_keys import (
+from pipeline.run.monitor.keys import (
     LEARNER_PHASES,
     RATE_COUNTERS,
     collector_phase_key,
