@@ -10,11 +10,13 @@ reproduced by ``--episodes 20 --epsilon 0.05 --seed 5000000 --max-steps 2000``.
 
 Command line::
 
-    python main.py eval --checkpoint PATH [--env ID] [--episodes N] [--epsilon E]
+    python main.py eval [--checkpoint PATH|NAME] [--env ID] [--episodes N] [--epsilon E]
                         [--seed N] [--max-steps N] [--action INDEX] [--values]
                         [--recalibrate REPLAY [--recalibrate-states N]] [--json PATH]
 
-``PATH`` is a ``ckpt-<frames>.pt`` file, or a run directory (its newest checkpoint).
+``PATH`` is a ``ckpt-<frames>.pt`` file, a mark or an export, or a run directory (its
+newest checkpoint); ``NAME`` a shipped network (``models/trained/<NAME>.pt``), and without
+``--checkpoint`` the shipped network of ``--env`` (default: the default env) plays.
 ``--action`` plays a reference policy in the checkpoint's env instead of its network: that
 action at every step that is not random (``--epsilon 1`` is random play), so a learnt
 policy's figures can be set beside those of a fixed button press under the same protocol.
@@ -80,8 +82,8 @@ def add_policy_arguments(parser: argparse.ArgumentParser, *, episodes: int) -> N
     """The flags ``play`` and ``eval`` share."""
     parser.add_argument(
         "--checkpoint",
-        required=True,
-        help="checkpoint file (runs/<run>/checkpoints/ckpt-<frames>.pt) or a run directory (its newest checkpoint)",
+        help="checkpoint, mark or export file, a run directory (its newest checkpoint), or a shipped name "
+        "(models/trained/<name>.pt, e.g. SuperMarioBros-1-1-v0); default: the shipped network of --env",
     )
     parser.add_argument(
         "--env", dest="env_id", help="env id to play (default: the checkpoint's); must have the same number of actions"
