@@ -54,8 +54,8 @@ __all__ = ["SteadinessFigures", "SteadinessProbe"]
 class SteadinessFigures:
     """One measurement on the probe set (see the module docstring); NaN = not measured.
 
-    The fields are :data:`~pipeline.common.gauges.STEADINESS_FIGURES`, in the order the
-    monitor's CSV gets their gauges."""
+    Its fields are the figures of :data:`~pipeline.common.gauges.STEADINESS_FIGURES`;
+    their order here is the order of their columns in the monitor's CSV."""
 
     agreement: float = math.nan
     churn: float = math.nan
