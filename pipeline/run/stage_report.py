@@ -69,7 +69,8 @@ class StageRow:
 
     @classmethod
     def from_dict(cls, values: Mapping[str, Any]) -> StageRow:
-        return cls(**{key: values[key] for key in ("stage", "episodes", "mean_x_pos", "flag_rate", "along")})
+        """A row read back from JSON; ``along`` is worked out again from today's stage ends."""
+        return cls.of(values["stage"], values["episodes"], values["mean_x_pos"], values["flag_rate"])
 
 
 def stages_played(config: Config, env_id: str, stages: str | None = None) -> list[tuple[str, str]]:
