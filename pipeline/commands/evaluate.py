@@ -10,11 +10,13 @@ reproduced by ``--episodes 20 --epsilon 0.05 --seed 5000000 --max-steps 2000``.
 
 Command line::
 
-    python main.py eval --checkpoint PATH [--env ID] [--stages LIST] [--episodes N]
+    python main.py eval [--checkpoint PATH|NAME] [--env ID] [--stages LIST] [--episodes N]
                         [--epsilon E] [--seed N] [--max-steps N] [--action INDEX] [--values]
                         [--recalibrate REPLAY [--recalibrate-states N]] [--json PATH]
 
-``PATH`` is a ``ckpt-<frames>.pt`` file, or a run directory (its newest checkpoint).
+``PATH`` is a ``ckpt-<frames>.pt`` file, a mark or an export, or a run directory (its
+newest checkpoint); ``NAME`` a shipped network (``models/trained/<NAME>.pt``), and without
+``--checkpoint`` the shipped network of ``--env`` (default: the default env) plays.
 Every stage the policy is judged on is played with the whole protocol and reported in a
 per-stage table (:mod:`pipeline.run.stage_report`): a fixed stage is one row; random
 stages are each stage of the run's ``stages`` list (or of ``--stages``; all 32 without a
@@ -85,8 +87,8 @@ def add_policy_arguments(parser: argparse.ArgumentParser, *, episodes: int) -> N
     """The flags ``play`` and ``eval`` share."""
     parser.add_argument(
         "--checkpoint",
-        required=True,
-        help="checkpoint file (runs/<run>/checkpoints/ckpt-<frames>.pt) or a run directory (its newest checkpoint)",
+        help="checkpoint, mark or export file, a run directory (its newest checkpoint), or a shipped name "
+        "(models/trained/<name>.pt, e.g. SuperMarioBros-1-1-v0); default: the shipped network of --env",
     )
     parser.add_argument(
         "--env", dest="env_id", help="env id to play (default: the checkpoint's); must have the same number of actions"
