@@ -63,7 +63,7 @@ def play_command(argv: list[str]) -> int:
         summarise,
     )
     from pipeline.learning.recording import VIDEO_SUFFIXES, annotate, open_video, video_fps
-    from pipeline.run.eval_protocol import epsilon_rng
+    from pipeline.run.evaluator.protocol import epsilon_rng
 
     args = build_parser().parse_args(argv)
     if args.out:  # fail on a bad path before loading anything

@@ -243,12 +243,23 @@ def constant_action_model(action: int, num_actions: int) -> Callable[..., Any]:
 
 
 def build_env(config: Config, env_id: str | None = None, seed: int | None = None):
-    """The env a run's policy plays in: its settings, but rewards unscaled (game units)."""
+    """The env a run's policy plays in: its settings, but rewards unscaled (game units).
+
+    The run's stage list only goes with a random-stages id: another id (one stage of the
+    list, played alone) is built without it.
+    """
     from envs import make_env
+    from envs.ids import EnvIdError, parse_env_id
 
     env_id = env_id or config.env_id
+    kwargs = config.env_kwargs(reward_scale=1.0)
     try:
-        return make_env(env_id, seed=seed, **config.env_kwargs(reward_scale=1.0))
+        if parse_env_id(env_id).kind != "mario_random_stages":
+            kwargs["stages"] = ""
+    except EnvIdError:
+        pass  # make_env says what is wrong with it below
+    try:
+        return make_env(env_id, seed=seed, **kwargs)
     except ValueError as exc:  # EnvIdError, or a bad setting in the checkpoint's config
         raise UserError(f"cannot build env {env_id}: {exc}") from None
 

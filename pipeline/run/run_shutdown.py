@@ -19,9 +19,9 @@ from typing import Any
 
 from pipeline.common.files import atomic_write
 from pipeline.learning.checkpoint import CheckpointError
-from pipeline.run.evaluations import Evaluations
+from pipeline.run.evaluator.evaluations import Evaluations
 from pipeline.run.interrupts import WaitInterrupts
-from pipeline.run.monitor import Monitor, Snapshot
+from pipeline.run.monitor.monitor import Monitor, Snapshot
 from pipeline.run.run_checkpoints import RunCheckpoints
 from pipeline.run.write_failures import WriteFailures, free_space, short_reason
 

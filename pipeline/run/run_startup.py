@@ -33,8 +33,8 @@ from pipeline.run.collection import CollectionBackend
 from pipeline.run.collector import CollectorArgs
 from pipeline.run.consolidator import Consolidator
 from pipeline.run.interrupts import StartupInterrupts
-from pipeline.run.monitor import Monitor
-from pipeline.run.monitor_keys import COUNTER_KEYS
+from pipeline.run.monitor.keys import COUNTER_KEYS
+from pipeline.run.monitor.monitor import Monitor
 from pipeline.run.pacing import RateLimiter
 from pipeline.run.resources import RunResources, slots_of
 from pipeline.run.run_checkpoints import RunCheckpoints, resume_from

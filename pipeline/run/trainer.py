@@ -35,7 +35,7 @@ that fails for any other reason stops the run with one clear error, never silent
 Beside it: :mod:`~pipeline.run.startup` (run directory, resume, learner, replay),
 :mod:`~pipeline.run.pacing` (replay ratio, epsilon), :mod:`~pipeline.run.calibration`
 (precise-BN states), :mod:`~pipeline.run.snapshots` (monitor snapshot, summary.json),
-:mod:`~pipeline.run.evaluations` and :mod:`~pipeline.run.run_checkpoints`.
+:mod:`~pipeline.run.evaluator.evaluations` and :mod:`~pipeline.run.run_checkpoints`.
 """
 
 from __future__ import annotations
@@ -55,10 +55,10 @@ import numpy as np
 from config import Config
 from pipeline.learning.flat_state import flatten_state
 from pipeline.run.collection import CollectionBackend
-from pipeline.run.evaluations import Evaluations
+from pipeline.run.evaluator.evaluations import Evaluations
 from pipeline.run.interrupts import StartupInterrupts
-from pipeline.run.monitor import Snapshot
-from pipeline.run.monitor_keys import COUNTER_KEYS, LEARNER_PHASES, CounterKey, LearnerPhase
+from pipeline.run.monitor.keys import COUNTER_KEYS, LEARNER_PHASES, CounterKey, LearnerPhase
+from pipeline.run.monitor.monitor import Snapshot
 from pipeline.run.pacing import epsilon_at, next_mark, priority_beta_at
 from pipeline.run.resources import RunResources
 from pipeline.run.run_checkpoints import checkpoint_payload, mark_payload, rolling_return, write_mark, write_periodic
