@@ -10,7 +10,9 @@ together with where each value came from (``python main.py --print-config`` show
 it reads the knobs and presets here when called. Validation
 (:mod:`config_validation`, re-exported here as :func:`validate` and
 :class:`ConfigError`) collects every problem and raises a single :class:`ConfigError`
-before any process or shared memory is created.
+before any process or shared memory is created. A checkpoint's saved config is read
+with :meth:`Config.from_dict`, which refuses the options removed since the tag
+``pre-option-removal`` at any value the code no longer has (:mod:`config_removed`).
 """
 
 from __future__ import annotations
@@ -19,7 +21,10 @@ import dataclasses
 from dataclasses import dataclass, fields
 from typing import Any
 
-# Validation lives beside this file; its names stay importable from here (``X as X``).
+# Validation and the removed options live beside this file; their names stay importable
+# from here (``X as X``).
+from config_removed import RemovedOptionError as RemovedOptionError
+from config_removed import check_saved
 from config_validation import SWITCH_VALUES as SWITCH_VALUES
 from config_validation import ConfigError as ConfigError
 from config_validation import validate as validate
@@ -61,13 +66,6 @@ class Config:
     """Multiplier applied to the game's reward before it is stored."""
     no_progress_steps: int = 200
     """Truncate an episode after this many agent steps without new x progress (0 = off)."""
-    no_progress_terminal: bool = False
-    """End the no-progress cut as a terminal (not bootstrapped: the loop of pressing into a
-    pipe is then worth nothing from the cut on) instead of a truncation (bootstrapped)."""
-    no_progress_penalty: float = 0.0
-    """Subtracted from the reward of every agent step that sets no new maximum x, in the
-    game's reward units (before reward_scale; 0 = off). Makes waiting in front of an
-    obstacle cost more than the step's discount."""
     jump_retrigger: bool = False
     """Mario: holding A jumps again on landing (A is released for one frame when Mario
     lands with it held, see envs.wrappers.JumpRetrigger). A controller change, not the
@@ -310,11 +308,14 @@ class Config:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_dict(cls, values: dict[str, Any]) -> Config:
-        """A Config from a saved ``to_dict()`` (a checkpoint's): fields it lacks take the
-        value runs had before the field existed (``SAVED_BEFORE``), else today's default;
-        names that are no longer fields are dropped."""
-        return cls(**{**SAVED_BEFORE, **{k: v for k, v in values.items() if k in FIELD_NAMES}})
+    def from_dict(cls, values: dict[str, Any], *, source: str = "a saved config") -> Config:
+        """A Config from a saved ``to_dict()`` (a checkpoint's, named by ``source`` in errors):
+        fields it lacks take the value runs had before the field existed (``SAVED_BEFORE``),
+        else today's default; options removed since are dropped when they hold the value the
+        code now always behaves as, and refused otherwise (:class:`RemovedOptionError`)."""
+        saved = {**SAVED_BEFORE, **values}
+        check_saved(saved, source)
+        return cls(**{k: v for k, v in saved.items() if k in FIELD_NAMES})
 
     def env_kwargs(self, *, reward_scale: float | None = None) -> dict[str, Any]:
         """Keyword arguments of :func:`envs.make_env` for this run's env settings (all but
@@ -324,8 +325,6 @@ class Config:
             frame_skip=self.frame_skip,
             reward_scale=self.reward_scale if reward_scale is None else reward_scale,
             no_progress_steps=self.no_progress_steps,
-            no_progress_terminal=self.no_progress_terminal,
-            no_progress_penalty=self.no_progress_penalty,
             jump_retrigger=self.jump_retrigger,
             max_episode_steps=self.max_episode_steps,
         )
@@ -333,9 +332,9 @@ class Config:
 
 FIELD_NAMES: frozenset[str] = frozenset(f.name for f in fields(Config))
 # What a run saved before these fields existed did: a checkpoint without them was trained
-# so, whatever today's defaults are (its network has no previous-action input).
+# so, whatever today's defaults are. Options removed since, and the value each now has,
+# are config_removed's: a saved config is read through both (``Config.from_dict``).
 SAVED_BEFORE: dict[str, Any] = {
-    "no_progress_penalty": 0.0,
     "prev_action_input": False,
     "batch_norm": True,
     "exploration": "epsilon",

@@ -214,15 +214,6 @@ def validate(cfg: Any) -> None:
         problems.append(_problem("ez_mu", cfg.ez_mu, "must be in (1, 10]", "use 2 (the paper's value)"))
     if not cfg.reward_scale > 0 or cfg.reward_scale == float("inf"):
         problems.append(_problem("reward_scale", cfg.reward_scale, "must be a finite number > 0", "use e.g. 0.1"))
-    if not 0 <= cfg.no_progress_penalty < float("inf"):
-        problems.append(
-            _problem(
-                "no_progress_penalty",
-                cfg.no_progress_penalty,
-                "must be a finite number >= 0 (game reward units)",
-                "use 0 for off, or e.g. 2",
-            )
-        )
     if cfg.action_set not in ("right_jump", "right_only", "simple", "complex"):
         problems.append(
             _problem("action_set", cfg.action_set, "must be right_jump, right_only, simple or complex", "use simple")
