@@ -11,26 +11,19 @@ One ``Learner.update(batch)`` is one optimizer step:
 
    ``discount`` comes from the replay already holding ``gamma**k`` (0 when the n-step
    window hit a terminal state), so the learner has no discount factor of its own.
-   With ``advantage_learning`` = alpha > 0 the target becomes Bellemare et al.'s (2016)
-   advantage-learning operator, ``target - alpha * (max_b Q_target(s, b) - Q_target(s, a))``:
-   every action other than the best is pushed down by alpha times its current gap, which
-   widens the gaps between actions without changing which one is best. (Mario's gaps are
-   ~1 % of Q, so small errors of Q flip the greedy action; see docs/learning.md.) Both
-   states go through the target net as one batch.
-3. The masked Huber loss ``sum(w * huber(Q_online(s, a), target)) / max(sum(w), 1)``,
-   optionally as ``grad_accum`` micro-batches whose gradients accumulate; every micro
-   loss is divided by the *full* batch's weight sum so the accumulated gradient is the
-   full-batch gradient (up to BatchNorm, which normalises each micro-batch on its own).
+3. The masked Huber loss ``sum(w * huber(Q_online(s, a), target)) / max(sum(w), 1)`` over
+   the whole batch in one forward and backward (no micro-batches: BatchNorm normalises
+   by the batch it sees, so a split batch would train another function).
 4. ``clip_grad_norm_(grad_clip)``, Adam step, and every ``target_sync_updates`` steps a
    full copy ``target.load_state_dict(online.state_dict())`` (BatchNorm buffers too).
 
-BatchNorm statistics (``bn_calibration_states`` > 0, :mod:`~pipeline.learning.batchnorm_stats`):
-the online net's running statistics are frozen between calibrations (momentum 0), and
-:meth:`Learner.calibrate` re-estimates them with the current weights over that many
-uniform replay states ("precise BN") before every target copy, and, called by the trainer,
-before every publish. Every eval-mode forward (the target, the Double-DQN argmax, the
-acting copies, the evaluator) then normalises with statistics of the weights it runs,
-not with an average of the last ten batches (0: a running average, ``bn_momentum``).
+BatchNorm statistics (:mod:`~pipeline.learning.batchnorm_stats`): the online net's running
+statistics are frozen between calibrations (momentum 0), and :meth:`Learner.calibrate`
+re-estimates them with the current weights over ``bn_calibration_states`` uniform replay
+states ("precise BN") before every target copy, and, called by the trainer, before every
+publish. Every eval-mode forward (the target, the Double-DQN argmax, the acting copies,
+the evaluator) then normalises with statistics of the weights it runs, not with an
+average of the last batches, which moved the eval-mode Q-values by several action gaps.
 
 With ``acting_tau`` the published weights are an :class:`~pipeline.learning.acting_copy.ActingCopy`,
 a moving average of the online ones with statistics calibrated for its own weights.
@@ -38,16 +31,14 @@ a moving average of the online ones with statistics calibrated for its own weigh
 BatchNorm modes (why):
 
 * The online net is in **train** mode for the loss forward on ``s``: batch statistics
-  are what BatchNorm is trained with, and that forward advances the running statistics
-  (unless they are frozen for calibration).
+  are what BatchNorm is trained with (the running statistics stay frozen).
 * The target net is always in **eval** mode: its running statistics are a frozen copy
   from the last sync, so targets do not depend on which samples share the batch.
 * The online net's next-state argmax runs in **eval** mode (running statistics, no
   gradient). That makes ``a*`` the action the acting copy (which also runs in eval mode
   with the published statistics) would choose, keeps the argmax independent of the
   batch composition, and avoids advancing the running statistics a second time per
-  update with next-state data. Targets for the whole batch are computed before any
-  micro-batch's train-mode forward, so every micro-batch sees the same targets.
+  update with next-state data.
 
 Known limitation: samples with weight 0 do not contribute to the loss or, through the
 loss, to the gradient, but their observations still enter BatchNorm's batch statistics
@@ -81,14 +72,7 @@ from torch import nn
 
 from models import QNetwork
 from pipeline.learning.acting_copy import ActingCopy
-from pipeline.learning.augment import random_shift
-from pipeline.learning.batchnorm_stats import (
-    batch_norm_layers,
-    calibration_chunks,
-    freeze_running_statistics,
-    recalibrate,
-    set_momentum,
-)
+from pipeline.learning.batchnorm_stats import freeze_running_statistics, recalibrate
 from pipeline.learning.learner_compile import first_compiled_update, warm_up
 from pipeline.learning.learner_device import BatchLike, batch_to_device, pick_amp_dtype, resolve_device, to_device
 from pipeline.learning.learner_settings import LearnerSettings
@@ -98,15 +82,19 @@ logger = logging.getLogger(__name__)
 # Order of the per-update statistics kept in ``Learner._metric_sums``.
 _LOSS, _TD_ABS, _Q_SUM, _WEIGHT, _GRAD_NORM = range(5)
 
+# Adam's epsilon: Rainbow's (Hessel et al. 2018), which bounds a step where a gradient's second
+# moment is tiny; every run of this project used it, and no other value was ever measured.
+ADAM_EPS: float = 1.5e-4
+
 
 class Learner:
     """Owns the online/target Q-networks, the optimizer and the update step."""
 
     def __init__(self, num_actions: int, settings: LearnerSettings) -> None:
-        if settings.grad_accum < 1:
-            raise ValueError(f"grad_accum must be >= 1, got {settings.grad_accum}")
         if settings.target_sync_updates < 1:
             raise ValueError(f"target_sync_updates must be >= 1, got {settings.target_sync_updates}")
+        if settings.bn_calibration_states < 1:
+            raise ValueError(f"bn_calibration_states must be >= 1, got {settings.bn_calibration_states}")
         self.settings = settings
         self.num_actions = num_actions
         self.device: torch.device = resolve_device(settings.device)
@@ -127,7 +115,7 @@ class Learner:
         self.optimizer = torch.optim.Adam(
             self.online.parameters(),
             lr=settings.learning_rate,
-            eps=settings.adam_eps,
+            eps=ADAM_EPS,
             fused=self.device.type in ("cpu", "cuda"),
         )
         self.amp_dtype: torch.dtype | None = pick_amp_dtype(self.device, settings.amp)
@@ -151,52 +139,37 @@ class Learner:
         self._metric_sums = torch.zeros(5, dtype=torch.float32, device=self.device)
         self._metric_updates: int = 0
         # Precise BN: the owner (the trainer) sets the source of calibration states, a
-        # callable returning ``count`` uniform replay states and their previous actions.
-        self.calibration_source: Callable[[int], tuple[torch.Tensor, torch.Tensor | None]] | None = None
+        # callable returning ``count`` uniform replay states.
+        self.calibration_source: Callable[[int], torch.Tensor] | None = None
         self.calibrated_at: int = -1  # the update count of the last calibration (-1: none yet)
         # Before any compilation: the compiled graphs are specialised on the momentum.
-        if settings.bn_calibration_states > 0:
-            freeze_running_statistics(self.online)
-        else:
-            set_momentum(self.online, settings.bn_momentum)
+        freeze_running_statistics(self.online)
         # What the collectors and the evaluator play: the online net, or an average of it.
         self.acting: ActingCopy | None = ActingCopy(self.online, settings.acting_tau) if settings.acting_tau else None
 
     # ------------------------------------------------------------------ public API
 
     def update(self, batch: BatchLike) -> torch.Tensor:
-        """One optimizer step on ``batch`` (split into ``grad_accum`` micro-batches).
+        """One optimizer step on ``batch``.
 
         Returns each sample's absolute TD error ``|target - Q(s, a)|`` (float32 ``[B]``,
         detached, on the learner's device; no host sync): a prioritized replay's new
         priorities.
-
-        With ``augment_pad``, ``obs`` and ``next_obs`` are randomly shifted first, each
-        with offsets of its own (:func:`~pipeline.learning.augment.random_shift`).
         """
-        tensors = self.augmented(self._batch_to_device(batch))
+        tensors = self._batch_to_device(batch)
         if self._compile_pending:
             return first_compiled_update(self, tensors)
         return self._update_step(*tensors)
-
-    def augmented(self, tensors: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]:
-        """The device batch (the fields of ``BATCH_FIELDS``, in order) with ``obs`` and
-        ``next_obs`` shifted by offsets of their own (unchanged when ``augment_pad`` is 0)."""
-        pad = self.settings.augment_pad
-        if not pad:
-            return tensors
-        obs, action, ret, next_obs, *rest = tensors
-        return (random_shift(obs, pad), action, ret, random_shift(next_obs, pad), *rest)
 
     def compute_loss(self, batch: BatchLike) -> torch.Tensor:
         """The full-batch masked Huber loss the update minimises, with its autograd graph.
 
         Uses the same (possibly compiled) functions as ``update``. Like an update, the
-        train-mode forward advances the online net's BatchNorm running statistics.
+        train-mode forward normalises by the batch and leaves the running statistics alone.
         """
-        obs, action, ret, next_obs, discount, weight, prev, next_prev = self._batch_to_device(batch)
-        target = self._compute_targets(next_obs, next_prev, ret, discount, obs, prev, action)
-        loss, _, _ = self._loss_fn(obs, prev, action, target, weight, weight.sum().clamp(min=1.0))
+        obs, action, ret, next_obs, discount, weight = self._batch_to_device(batch)
+        target = self._compute_targets(next_obs, ret, discount)
+        loss, _, _ = self._loss_fn(obs, action, target, weight)
         return loss
 
     def warmup(self, batch_size: int) -> float:
@@ -231,15 +204,14 @@ class Learner:
             "updates": float(count),
         }
 
-    def q_values(self, obs_uint8: torch.Tensor, prev_action: torch.Tensor | None = None) -> torch.Tensor:
+    def q_values(self, obs_uint8: torch.Tensor) -> torch.Tensor:
         """Eval-mode float32 Q-values of the online net, for evaluation episodes."""
         obs = self._to_device(obs_uint8)
-        prev = None if prev_action is None else self._to_device(prev_action).long()
         was_training = self.online.training
         self.online.eval()
         try:
             with torch.no_grad():
-                return self.online(obs, prev).float()
+                return self.online(obs).float()
         finally:
             self.online.train(was_training)
 
@@ -262,7 +234,7 @@ class Learner:
 
     def sync_target(self) -> None:
         """Copy every online parameter and buffer (BatchNorm statistics too) to the target,
-        after a calibration of the statistics when ``bn_calibration_states`` is set."""
+        after a calibration of the statistics."""
         self.calibrate()
         self.target.load_state_dict(self.online.state_dict())
 
@@ -271,22 +243,12 @@ class Learner:
         states from :attr:`calibration_source` (precise BN), at most once per update count;
         the acting copy's too, with its own weights, on the same states.
 
-        Returns whether it did; without the setting, a source or BatchNorm it does nothing.
+        Returns whether it did; without a source it does nothing.
         """
-        count = self.settings.bn_calibration_states
         source = self.calibration_source
-        if count <= 0 or source is None or self.calibrated_at == self.updates:
+        if source is None or self.calibrated_at == self.updates:
             return False
-        if not batch_norm_layers(self.online):
-            return False
-        obs, prev = source(count)
-        feeds_prev = prev is not None and self.settings.prev_action_input
-        chunks = calibration_chunks(
-            self._to_device(obs),
-            self._to_device(prev) if feeds_prev else None,
-            self.settings.calibration_chunk,
-            num_actions=self.num_actions,
-        )
+        chunks = self._to_device(source(self.settings.bn_calibration_states)).split(self.settings.calibration_chunk)
         recalibrate(self.online, chunks)
         if self.acting is not None:
             self.acting.calibrate(chunks)
@@ -349,32 +311,15 @@ class Learner:
         next_obs: torch.Tensor,
         discount: torch.Tensor,
         weight: torch.Tensor,
-        prev_action: torch.Tensor,
-        next_prev_action: torch.Tensor,
     ) -> torch.Tensor:
-        target = self._compute_targets(next_obs, next_prev_action, ret, discount, obs, prev_action, action)
-        # Normalising every micro-batch by the full batch's weight makes the accumulated
-        # gradient equal the full-batch gradient.
-        denom = weight.sum().clamp(min=1.0)
+        target = self._compute_targets(next_obs, ret, discount)
         self.optimizer.zero_grad(set_to_none=True)
-        accum = self.settings.grad_accum
-        td_errors = []
-        for obs_c, prev_c, action_c, target_c, weight_c in zip(
-            obs.tensor_split(accum),
-            prev_action.tensor_split(accum),
-            action.tensor_split(accum),
-            target.tensor_split(accum),
-            weight.tensor_split(accum),
-        ):
-            if obs_c.shape[0] == 0:  # grad_accum larger than the batch
-                continue
-            loss, stats, td_abs = self._loss_fn(obs_c, prev_c, action_c, target_c, weight_c, denom)
-            td_errors.append(td_abs)
-            if self.scaler is not None:
-                self.scaler.scale(loss).backward()
-            else:
-                loss.backward()
-            self._metric_sums[:_GRAD_NORM] += stats
+        loss, stats, td_abs = self._loss_fn(obs, action, target, weight)
+        if self.scaler is not None:
+            self.scaler.scale(loss).backward()
+        else:
+            loss.backward()
+        self._metric_sums[:_GRAD_NORM] += stats
 
         if self.scaler is not None:
             self.scaler.unscale_(self.optimizer)  # clip the true gradients, not scaled ones
@@ -395,10 +340,10 @@ class Learner:
             self.acting.follow()
         if self.settings.reset_interval and self.updates % self.settings.reset_interval == 0:
             self.shrink_and_perturb()
-        return td_errors[0] if len(td_errors) == 1 else torch.cat(td_errors)
+        return td_abs
 
     def _compute_targets(self, *batch: torch.Tensor) -> torch.Tensor:
-        """Targets from ``(next_obs, next_prev, ret, discount, obs, prev, action)``."""
+        """Targets from ``(next_obs, ret, discount)``."""
         # Mode switches stay outside the compiled function: the compiled graphs are
         # specialised (guarded) on them, so each graph always sees one fixed mode.
         self.online.eval()
@@ -416,49 +361,31 @@ class Learner:
     def _targets_impl(
         self,
         next_obs: torch.Tensor,
-        next_prev: torch.Tensor,
         ret: torch.Tensor,
         discount: torch.Tensor,
-        obs: torch.Tensor,
-        prev: torch.Tensor,
-        action: torch.Tensor,
     ) -> torch.Tensor:
-        """Double-DQN bootstrap targets (float32), with the advantage-learning term when
-        ``advantage_learning`` > 0; both nets in eval mode, no grad, and no autocast: in
-        eval mode BatchNorm is an affine map with a large shift, and in bf16 it cancels
-        to errors of ~0.35 in a Q of 66, as large as the action gaps (docs/learning.md)."""
-        alpha = self.settings.advantage_learning
-        q_next_online = self.online(next_obs, next_prev)
-        if alpha > 0:  # a Python constant: the compiled graph has one branch
-            both = self.target(torch.cat((next_obs, obs)), torch.cat((next_prev, prev)))
-            q_next_target, q_target = both.tensor_split(2)
-        else:
-            q_next_target = self.target(next_obs, next_prev)
-        best_action = q_next_online.argmax(dim=1, keepdim=True)
-        bootstrap = q_next_target.gather(1, best_action).squeeze(1)
-        target = ret + discount * bootstrap
-        if alpha > 0:
-            gap = q_target.max(dim=1).values - q_target.gather(1, action.unsqueeze(1)).squeeze(1)
-            target = target - alpha * gap
-        return target
+        """Double-DQN bootstrap targets (float32); both nets in eval mode, no grad, and no
+        autocast: in eval mode BatchNorm is an affine map with a large shift, and in bf16 it
+        cancels to errors of ~0.35 in a Q of 66, as large as the action gaps (docs/learning.md)."""
+        best_action = self.online(next_obs).argmax(dim=1, keepdim=True)
+        bootstrap = self.target(next_obs).gather(1, best_action).squeeze(1)
+        return ret + discount * bootstrap
 
     def _loss_impl(
         self,
         obs: torch.Tensor,
-        prev_action: torch.Tensor,
         action: torch.Tensor,
         target: torch.Tensor,
         weight: torch.Tensor,
-        denom: torch.Tensor,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Masked Huber loss, detached [loss, sum w|td|, sum w*q, sum w] statistics, and the
         per-sample |td| (detached)."""
         with self._autocast():
-            q_all = self.online(obs, prev_action)
+            q_all = self.online(obs)
         q_taken = q_all.float().gather(1, action.unsqueeze(1)).squeeze(1)
         # smooth_l1 with beta=1 is the Huber loss with delta=1.
         per_sample = F.smooth_l1_loss(q_taken, target, reduction="none", beta=1.0)
-        loss = (weight * per_sample).sum() / denom
+        loss = (weight * per_sample).sum() / weight.sum().clamp(min=1.0)
         q_detached = q_taken.detach()
         td_abs = (target - q_detached).abs()
         stats = torch.stack(
@@ -474,19 +401,10 @@ class Learner:
     # ------------------------------------------------------------------ helpers
 
     def _network(self, *, channels_last: bool = False) -> QNetwork:
-        settings = self.settings
-        return QNetwork(
-            self.num_actions,
-            settings.frame_stack,
-            settings.dueling,
-            channels_last=channels_last,
-            prev_action_input=settings.prev_action_input,
-            batch_norm=settings.batch_norm,
-            batch_renorm=settings.batch_renorm,
-        )
+        return QNetwork(self.num_actions, self.settings.frame_stack, self.settings.dueling, channels_last=channels_last)
 
     def _batch_to_device(self, batch: BatchLike) -> tuple[torch.Tensor, ...]:
-        return batch_to_device(batch, self.device, self.num_actions)
+        return batch_to_device(batch, self.device)
 
     def _to_device(self, tensor: torch.Tensor) -> torch.Tensor:
         return to_device(tensor, self.device)

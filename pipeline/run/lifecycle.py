@@ -70,6 +70,10 @@ from pipeline.transport.weights import WeightsBlock, block_bytes
 
 logger = logging.getLogger("mario.trainer")
 SLACK_BATCHES = 4  # how far (in batches of samples) the learner may fall behind the replay ratio
+# How long a run that reached total_frames waits for the evaluation of its final weights:
+# ten minutes hold a 10+1-episode evaluation of 2,000-step Mario episodes on a busy core,
+# and a wedged evaluator cannot hold the run's end for longer (Ctrl-C skips it).
+FINAL_EVALUATION_TIMEOUT_S = 600.0
 
 
 class StartupInterrupts:
@@ -168,7 +172,7 @@ class TrainerLifecycle:
             # A fresh run in a reused directory must not start from an earlier run's frontier.
             shutil.rmtree(self.paths.frontier, ignore_errors=True)
         self.hooks.enter_context(self.write_failures.writer_threads(self.paths.root))
-        self.checkpoints = RunCheckpoints(self.paths.checkpoints, cfg.keep_checkpoints)
+        self.checkpoints = RunCheckpoints(self.paths.checkpoints)
         self.checkpoints.last_good = self.resume_path
         (self.paths.root / "config.json").write_text(
             json.dumps({"config": cfg.to_dict(), "sources": self.sources}, indent=2)
@@ -354,7 +358,7 @@ class TrainerLifecycle:
         if self.evaluations.evaluator is None:
             return
         if self.final_evaluation:
-            timeout_s = self.cfg.eval_final_timeout_s
+            timeout_s = FINAL_EVALUATION_TIMEOUT_S
             logger.info("final evaluation of the last weights (waiting up to %g s; Ctrl-C skips it)", timeout_s)
             with WaitInterrupts() as interrupts:
                 outcome = self.evaluations.finish(timeout_s, give_up=lambda: bool(interrupts.received))

@@ -58,7 +58,7 @@ def log_line(row: dict[str, float], status: str = "") -> str:
             f" | steady agree {g('steady_agreement'):.3f}"
             + (
                 f" (mean {g('steady_expected_agreement'):.3f}, train/train {g('steady_train_agreement'):.3f})"
-                # NaN with a single batching (steadiness_batchings=1): nothing to compare it with
+                # NaN with a single batching: nothing to compare it with
                 if not math.isnan(g("steady_train_agreement"))
                 else ""
             )

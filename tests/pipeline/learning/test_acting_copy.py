@@ -28,7 +28,7 @@ def make_learner(*, compile: bool = False, tau: float = TAU) -> Learner:
     torch.manual_seed(0)
     learner = Learner(NUM_ACTIONS, replace(settings, bn_calibration_states=1024, calibration_chunk=32, acting_tau=tau))
     draws = iter(range(50_000, 60_000))
-    learner.calibration_source = lambda count: (states_like_replay(count, next(draws)), None)
+    learner.calibration_source = lambda count: states_like_replay(count, next(draws))
     return learner
 
 

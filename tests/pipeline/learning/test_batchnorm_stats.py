@@ -4,14 +4,12 @@ the statistics through a target copy and a publish."""
 
 from __future__ import annotations
 
-import copy
 from dataclasses import replace
 
 import torch
 from torch import nn
 
 from models import build_qnetwork
-from models.batch_renorm import BatchRenorm2d
 from pipeline.learning.batchnorm_stats import freeze_running_statistics, preserved_statistics, recalibrate
 from pipeline.learning.flat_state import StateLoader, flatten_state
 from pipeline.learning.learner import Learner
@@ -55,7 +53,7 @@ def test_recalibrate_averages_each_chunks_mean_and_unbiased_variance() -> None:
             expect2_mean.append(per_channel2.mean(1))
             expect2_var.append(per_channel2.var(1, unbiased=True))
     net.eval()
-    seen = recalibrate(net, ((x, None) for x in chunks))
+    seen = recalibrate(net, iter(chunks))
     assert seen == 15
     assert not net.training  # the mode is restored
     assert bn1.momentum == 0.1 and bn2.momentum == 0.1  # and the momenta
@@ -120,7 +118,7 @@ def make_learner(calibration_states: int) -> Learner:
     torch.manual_seed(0)
     learner = Learner(NUM_ACTIONS, replace(settings, bn_calibration_states=calibration_states, calibration_chunk=32))
     draws = iter(range(10_000, 20_000))
-    learner.calibration_source = lambda count: (states_like_replay(count, next(draws)), None)
+    learner.calibration_source = lambda count: states_like_replay(count, next(draws))
     return learner
 
 
@@ -172,57 +170,3 @@ def test_calibrated_eval_mode_matches_train_mode_and_survives_a_target_copy_and_
     with torch.no_grad():
         torch.testing.assert_close(acting(fresh), learner.q_values(fresh), rtol=1e-4, atol=1e-4)
     assert mean_offset(learner, fresh) < TOLERANCE_OF_SPREAD * spread
-
-
-def test_without_calibration_the_running_statistics_follow_the_batches() -> None:
-    learner = make_learner(0)
-    before = learner.online.features[1].running_mean.clone()
-    learner.update(batch_of(states_like_replay(32, 0), 0))
-    assert not learner.calibrate()
-    assert not torch.equal(learner.online.features[1].running_mean, before)
-
-
-def renorm_learner(*, compile: bool) -> Learner:
-    settings = LearnerSettings(compile=compile, amp=False, learning_rate=1e-3, target_sync_updates=1000)
-    torch.manual_seed(0)
-    learner = Learner(
-        NUM_ACTIONS, replace(settings, bn_calibration_states=512, calibration_chunk=32, batch_renorm=True)
-    )
-    draws = iter(range(30_000, 40_000))
-    learner.calibration_source = lambda count: (states_like_replay(count, next(draws)), None)
-    return learner
-
-
-def test_batch_renorm_trains_the_function_it_acts_with_compiled_as_eager() -> None:
-    """With Batch Renormalization the calibrated learner's train-mode Q-values are its
-    eval-mode ones (plain precise BN leaves the batch's noise, see the test above), and a
-    compiled learner, compiled before the calibration switched renormalisation on,
-    updates as the eager one does."""
-    compiled, eager = renorm_learner(compile=True), renorm_learner(compile=False)
-    compiled.warmup(batch_size=32)
-    assert compiled.compiled
-    for step in range(3):
-        compiled.update(batch_of(states_like_replay(32, step), step))
-    assert compiled.calibrate()
-    fresh = states_like_replay(256, 99)
-    spread = float(compiled.q_values(fresh).std())
-    assert mean_offset(compiled, fresh) < 1e-3 * spread  # frozen statistics: unclipped, equal
-
-    eager.load_state_dict(copy.deepcopy(compiled.state_dict()))
-    eager.calibrate()  # the same weights and a calibration of its own turn it on there too
-    for layer in eager.online.modules():
-        if isinstance(layer, BatchRenorm2d):
-            assert layer.renormalising
-    eager.online.load_state_dict(compiled.online.state_dict())  # the same statistics
-    batch = batch_of(states_like_replay(32, 11), 11)
-    compiled.update(batch)
-    eager.update(batch)
-    for a, b in zip(eager.online.parameters(), compiled.online.parameters(), strict=True):
-        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
-    # Renormalised, the update differs from plain BatchNorm's on the same batch.
-    plain = make_learner(512)
-    plain.load_state_dict(copy.deepcopy(compiled.state_dict()))
-    plain.online.load_state_dict(eager.online.state_dict())
-    eager.update(batch)
-    plain.update(batch)
-    assert not torch.allclose(eager.online.fc[0].weight, plain.online.fc[0].weight, atol=1e-6)
