@@ -10,7 +10,9 @@ together with where each value came from (``python main.py --print-config`` show
 it reads the knobs and presets here when called. Validation
 (:mod:`config_validation`, re-exported here as :func:`validate` and
 :class:`ConfigError`) collects every problem and raises a single :class:`ConfigError`
-before any process or shared memory is created.
+before any process or shared memory is created. A checkpoint's saved config is read
+with :meth:`Config.from_dict`, which refuses the options removed since the tag
+``pre-option-removal`` at any value the code no longer has (:mod:`config_removed`).
 """
 
 from __future__ import annotations
@@ -19,7 +21,10 @@ import dataclasses
 from dataclasses import dataclass, fields
 from typing import Any
 
-# Validation lives beside this file; its names stay importable from here (``X as X``).
+# Validation and the removed options live beside this file; their names stay importable
+# from here (``X as X``).
+from config_removed import RemovedOptionError as RemovedOptionError
+from config_removed import check_saved
 from config_validation import SWITCH_VALUES as SWITCH_VALUES
 from config_validation import ConfigError as ConfigError
 from config_validation import validate as validate
@@ -65,13 +70,6 @@ class Config:
     """Multiplier applied to the game's reward before it is stored."""
     no_progress_steps: int = 200
     """Truncate an episode after this many agent steps without new x progress (0 = off)."""
-    no_progress_terminal: bool = False
-    """End the no-progress cut as a terminal (not bootstrapped: the loop of pressing into a
-    pipe is then worth nothing from the cut on) instead of a truncation (bootstrapped)."""
-    no_progress_penalty: float = 0.0
-    """Subtracted from the reward of every agent step that sets no new maximum x, in the
-    game's reward units (before reward_scale; 0 = off). Makes waiting in front of an
-    obstacle cost more than the step's discount."""
     jump_retrigger: bool = False
     """Mario: holding A jumps again on landing (A is released for one frame when Mario
     lands with it held, see envs.wrappers.JumpRetrigger). A controller change, not the
@@ -89,8 +87,6 @@ class Config:
     batched forward pass (batch-1 inference is the collector's main overhead)."""
     ring_capacity: int = 1024
     """Records per ring slot (one slot per environment; about 7 KB each)."""
-    weights_check_steps: int = 200
-    """A collector checks for new published weights at least every this many steps."""
     heartbeat_timeout_s: float = 30.0
     """A collector whose heartbeat is older than this is killed and restarted."""
 
@@ -113,86 +109,44 @@ class Config:
     """Discount factor."""
     learning_rate: float = 1e-4
     """Adam learning rate."""
-    adam_eps: float = 1.5e-4
-    """Adam epsilon."""
     grad_clip: float = 10.0
     """Gradient norm clip."""
-    grad_accum: int = 1
-    """Micro-batches accumulated per optimizer step (batch_size must divide evenly)."""
     target_sync_updates: int = 2000
     """Updates between target network syncs (full state_dict, BatchNorm buffers included)."""
     target_tau: float = 0.0
     """Moving-average target: after every update, target += tau * (online - target), BatchNorm
     statistics included (0 = a full copy every target_sync_updates instead)."""
-    advantage_learning: float = 0.0
-    """Advantage learning's alpha (Bellemare et al. 2016): the target of a non-greedy action
-    is lowered by alpha times its gap to the best action under the target net, widening the
-    action gaps without changing the greedy action (0 = plain Double DQN; the paper: 0.9)."""
     reset_interval_updates: int = 0
     """Shrink-and-perturb the online network every this many updates (0 = never)."""
     reset_shrink: float = 0.8
     """At a reset, the fraction of each weight kept; the rest comes from a fresh init."""
     dueling: bool = True
     """Use the dueling head."""
-    batch_norm: bool = True
-    """BatchNorm after every conv of the Q-network; false gives the biased convs of Nature
-    DQN, SPR and BBF, a network that computes the same function when learning and acting
-    (with BatchNorm the learner normalises by each batch, the acting copies by running
-    statistics)."""
     bn_calibration_states: int = 256
     """Precise BN (Wu & Johnson 2021): before every publish and every target copy the
     online network's BatchNorm statistics are re-estimated with its current weights over
-    this many uniform replay states, and left alone by the training forwards in between,
-    so every eval-mode forward (acting copies, evaluator, target, Double-DQN argmax)
-    normalises as training does. 0 = a running average (bn_momentum; with acting_tau=0),
-    which moved the eval-mode Q-values by several action gaps. 256 states gave the same steadiness as
-    1,024 at a quarter of the cost (docs/learning.md, "Steadiness")."""
-    bn_momentum: float = 0.1
-    """BatchNorm's running-average momentum for the online network's statistics when
-    bn_calibration_states is 0 (PyTorch's 0.1 averages about the last ten batches; 0.01
-    about the last hundred, with older weights)."""
-    batch_renorm: bool = False
-    """Batch Renormalization (Ioffe 2017; CrossQ's normalisation) in the learner's online
-    network: its training forward keeps each batch's statistics in the gradient but
-    computes, in value, the eval-mode output with the calibrated statistics, so training
-    fits the function the acting copies play (needs batch_norm and bn_calibration_states;
-    plain BatchNorm until the first calibration)."""
+    this many uniform replay states (>= 1), and left alone by the training forwards in
+    between, so every eval-mode forward (acting copies, evaluator, target, Double-DQN
+    argmax) normalises as training does; a running average moved the eval-mode Q-values
+    by several action gaps. 256 states gave the same steadiness as 1,024 at a quarter of
+    the cost (docs/learning.md, "Steadiness")."""
     acting_tau: float = 0.005
     """The collectors, the evaluator, marks and play act with a moving average of the online
     weights, acting += tau * (online - acting) after every update, its BatchNorm statistics
-    calibrated for its own weights at every publish (needs bn_calibration_states with
-    BatchNorm; BBF acts with such an average at 0.005). Churn per publish 0.11 against 0.37-0.42
-    at the same x_pos on two seeds to 2M (docs/learning.md). 0 = act with the online weights."""
+    calibrated for its own weights at every publish (BBF acts with such an average at
+    0.005). Churn per publish 0.11 against 0.37-0.42 at the same x_pos on two seeds to 2M
+    (docs/learning.md). 0 = act with the online weights."""
     steadiness_interval_updates: int = 2000
     """Every this many learner updates (at a publish), the steadiness probe measures the
     published network on a set of replay states: train/eval greedy agreement, churn
     since the previous publish, |Q_eval - Q_train| and the median action gap (0 = off)."""
-    steadiness_probe_states: int = 1024
-    """Replay states in the steadiness probe, drawn afresh at the publish before each
-    measurement (churn compares those states across the two publishes)."""
-    steadiness_batchings: int = 4
-    """Train-mode forwards of the probe per measurement, each with the states chunked into
-    other batches: the agreement against their mean Q-values (what the loss shapes in
-    expectation over its batches) and train mode's agreement with itself between two
-    batchings (the ceiling batch noise sets on agreement). 1 = the drawn order only."""
     prioritized_replay: bool = False
     """Prioritized replay: draw transitions in proportion to (|TD error| + eps) ** alpha and
     weight their loss by importance sampling (proportional PER on a sum tree)."""
     priority_alpha: float = 0.5
     """How strongly priorities skew sampling (0 = uniform)."""
-    priority_beta_start: float = 0.4
-    """Importance-sampling exponent at the start, annealed linearly to 1."""
-    priority_beta_frames: int = 2_000_000
-    """Emulator frames over which the importance-sampling exponent reaches 1."""
-    augment_shift: int = 0
-    """Random-shift augmentation: the learner shifts each sample's obs and next obs by up
-    to this many pixels per axis, independently (DrQ; 0 = off). Off by default: on 1-1
-    shifts of 4 px did not beat no shifts on three seeds and cost the learner 13 % of its
-    speed (docs/learning.md, "Random shifts off, on the same seeds")."""
     updates_per_epoch: int = 100
     """Learner updates per epoch."""
-    model_update_frequency: int = 1
-    """Publish weights and epsilon to the collectors every this many epochs."""
     epsilon_start: float = 1.0
     """Exploration epsilon at the start of training."""
     epsilon_end: float = 0.05
@@ -204,29 +158,12 @@ class Config:
     """How epsilon falls from epsilon_start to its floor epsilon_end: linear (reaches the
     floor at epsilon_decay_frames) or exponential (end + (start - end) * exp(-frames /
     epsilon_decay_frames), as DI-engine's Mario DQN)."""
-    exploration: str = "epsilon"
-    """How collectors explore: epsilon (a uniform random action with probability epsilon
-    each step) or ez (ez-greedy, Dabney et al. 2021: with probability epsilon, a random
-    action held for a duration drawn from a zeta distribution, so that a jump can be
-    held long enough to clear a tall pipe)."""
-    ez_mu: float = 2.0
-    """ez-greedy's zeta exponent: P(duration n) is proportional to n ** -ez_mu."""
-    ez_max_steps: int = 32
-    """ez-greedy's longest duration in agent steps (the zeta distribution is cut there)."""
-    prev_action_input: bool = False
-    """Feed the network the previous agent step's action (one-hot, 'none' at an episode
-    start), joined to the convolutional features: four frames do not show whether A is
-    already held, which decides whether right+A jumps."""
     frontier_start_share: float = 0.0
     """Share of training episodes that start at a point of the collector's furthest
     trajectory so far instead of the level's start (Go-Explore's return-then-explore; the
     collector replays the recorded actions to get there: replayed_frames counts the cost).
     0 = off; needs a fixed-stage or full-game Mario id. Evaluation always starts at the
     level's start."""
-    frontier_point_episodes: int = 1
-    """Frontier starts from each point before the env draws a new one: 1 replays the
-    trajectory for every frontier start; more keep the point in a second emulator per env
-    and restore it (a new point costs a start screen, ~220 frames, and the replay once)."""
 
     # --- compute -----------------------------------------------------------------------
     device: str = "auto"
@@ -266,8 +203,6 @@ class Config:
     mark_interval_frames: int = 0
     """Also keep the network's weights every this many frames in checkpoints/marks/ (the
     learning benchmark evaluates them afterwards; 0 = off). About 7 MB each."""
-    keep_checkpoints: int = 3
-    """Periodic checkpoints kept (plus the final one)."""
     monitor_interval_s: float = 5.0
     """Seconds between monitor refreshes (table, log line, CSV row, TensorBoard)."""
     monitor: str = "auto"
@@ -300,25 +235,24 @@ class Config:
     eval_epsilon: float = 0.05
     """Probability of a random action in the evaluator's episodes (0 = greedy: on a fixed
     stage a greedy policy plays the same episode from every seed)."""
-    eval_final_timeout_s: float = 600.0
-    """A run that reaches total_frames ends with an evaluation of its final weights (after
-    the collectors stop, so it has the CPU); the run waits at most this long for it (0 =
-    no final evaluation). Ctrl-C skips it; the final checkpoint is saved either way."""
     eval_max_lag_frames: int = 0
     """When > 0, training waits for the evaluator: the collectors pause while an evaluation
     due this many frames ago (at a multiple of eval_interval_frames) has not started, so a
     slow evaluator (niced, on a busy machine) evaluates at every interval instead of
-    skipping some, and the run takes longer by what it waits. 0 (or less): never waits."""
+    skipping some, and the run takes longer by what it waits. 0: never waits (>= 0)."""
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_dict(cls, values: dict[str, Any]) -> Config:
-        """A Config from a saved ``to_dict()`` (a checkpoint's): fields it lacks take the
-        value runs had before the field existed (``SAVED_BEFORE``), else today's default;
-        names that are no longer fields are dropped."""
-        return cls(**{**SAVED_BEFORE, **{k: v for k, v in values.items() if k in FIELD_NAMES}})
+    def from_dict(cls, values: dict[str, Any], *, source: str = "a saved config") -> Config:
+        """A Config from a saved ``to_dict()`` (a checkpoint's, named by ``source`` in errors):
+        fields it lacks take the value runs had before the field existed (``SAVED_BEFORE``),
+        else today's default; options removed since are dropped when they hold the value the
+        code now always behaves as, and refused otherwise (:class:`RemovedOptionError`)."""
+        saved = {**SAVED_BEFORE, **values}
+        check_saved(saved, source)
+        return cls(**{k: v for k, v in saved.items() if k in FIELD_NAMES})
 
     def env_kwargs(self, *, reward_scale: float | None = None) -> dict[str, Any]:
         """Keyword arguments of :func:`envs.make_env` for this run's env settings (all but
@@ -328,8 +262,6 @@ class Config:
             frame_skip=self.frame_skip,
             reward_scale=self.reward_scale if reward_scale is None else reward_scale,
             no_progress_steps=self.no_progress_steps,
-            no_progress_terminal=self.no_progress_terminal,
-            no_progress_penalty=self.no_progress_penalty,
             jump_retrigger=self.jump_retrigger,
             max_episode_steps=self.max_episode_steps,
             stages=self.stages,
@@ -338,20 +270,14 @@ class Config:
 
 FIELD_NAMES: frozenset[str] = frozenset(f.name for f in fields(Config))
 # What a run saved before these fields existed did: a checkpoint without them was trained
-# so, whatever today's defaults are (its network has no previous-action input).
+# so, whatever today's defaults are. Options removed since, and the value each now has,
+# are config_removed's: a saved config is read through both (``Config.from_dict``).
 SAVED_BEFORE: dict[str, Any] = {
-    "no_progress_penalty": 0.0,
-    "prev_action_input": False,
-    "batch_norm": True,
-    "exploration": "epsilon",
     "epsilon_schedule": "linear",
     "frontier_start_share": 0.0,
-    "frontier_point_episodes": 1,
     "jump_retrigger": False,
     "bn_calibration_states": 0,
-    "bn_momentum": 0.1,
     "acting_tau": 0.0,
-    "batch_renorm": False,
 }
 FIELD_TYPES: dict[str, str] = {f.name: str(f.type) for f in fields(Config)}
 
@@ -389,7 +315,6 @@ PRESETS: dict[str, dict[str, Any]] = {
     "tiny": dict(
         env_id="Catch-v0",
         reward_scale=1.0,
-        augment_shift=0,  # a shifted Catch frame moves the ball a column: no longer the same state
         num_processes=1,
         envs_per_collector=1,
         batch_size=32,

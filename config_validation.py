@@ -83,21 +83,14 @@ def validate(cfg: Any) -> None:
         "frame_skip",
         "envs_per_collector",
         "ring_capacity",
-        "weights_check_steps",
         "replay_capacity",
         "frame_stack",
         "n_step",
-        "grad_accum",
         "target_sync_updates",
         "updates_per_epoch",
-        "model_update_frequency",
-        "keep_checkpoints",
         "epsilon_decay_frames",
         "eval_episodes",
         "eval_max_steps",
-        "priority_beta_frames",
-        "ez_max_steps",
-        "frontier_point_episodes",
     ):
         positive(name)
     for name in (
@@ -111,62 +104,22 @@ def validate(cfg: Any) -> None:
         "eval_interval_frames",
         "reset_interval_updates",
         "ray_nodes",
-        "bn_calibration_states",
         "steadiness_interval_updates",
+        "eval_max_lag_frames",
     ):
         non_negative(name)
-    if cfg.acting_tau > 0 and cfg.batch_norm and cfg.bn_calibration_states == 0:
-        problems.append(
-            _problem(
-                "acting_tau",
-                cfg.acting_tau,
-                "needs BatchNorm statistics calibrated for the averaged weights (bn_calibration_states > 0)",
-                "set bn_calibration_states=256, or acting_tau=0",
-            )
-        )
-    if cfg.batch_renorm and not (cfg.batch_norm and cfg.bn_calibration_states > 0):
-        problems.append(
-            _problem(
-                "batch_renorm",
-                cfg.batch_renorm,
-                "renormalises to calibrated BatchNorm statistics (needs batch_norm and bn_calibration_states > 0)",
-                "set batch_norm=true and bn_calibration_states=256, or batch_renorm=false",
-            )
-        )
-    if cfg.steadiness_probe_states < 2:
-        problems.append(
-            _problem("steadiness_probe_states", cfg.steadiness_probe_states, "must be >= 2", "use e.g. 1024")
-        )
-    if cfg.steadiness_batchings < 1:
-        problems.append(
-            _problem(
-                "steadiness_batchings", cfg.steadiness_batchings, "must be >= 1", "use e.g. 4, or 1 for one batching"
-            )
-        )
-    if not 0 <= cfg.augment_shift <= 16:
-        problems.append(
-            _problem("augment_shift", cfg.augment_shift, "must be in 0..16 pixels", "use 4 (DrQ's shift), or 0 for off")
-        )
+    # Precise BN is the only BatchNorm path: the running average (0) was removed.
+    positive("bn_calibration_states", "use 256 (replay states the BatchNorm statistics are estimated over)")
     for name in (
         "heartbeat_timeout_s",
         "checkpoint_interval_s",
         "monitor_interval_s",
         "replay_ratio",
         "learning_rate",
-        "adam_eps",
         "grad_clip",
     ):
         if not getattr(cfg, name) > 0 or getattr(cfg, name) == float("inf"):
             problems.append(_problem(name, getattr(cfg, name), "must be a finite number > 0", "use a positive value"))
-    if not 0.0 <= cfg.eval_final_timeout_s < float("inf"):
-        problems.append(
-            _problem(
-                "eval_final_timeout_s",
-                cfg.eval_final_timeout_s,
-                "must be a finite number >= 0",
-                "use 0 for no final evaluation, or the seconds a run may wait for it",
-            )
-        )
     if not 0.0 <= cfg.replay_save_interval_s < float("inf"):
         problems.append(
             _problem(
@@ -182,19 +135,13 @@ def validate(cfg: Any) -> None:
         ("epsilon_start", "1.0"),
         ("epsilon_end", "0.05"),
         ("priority_alpha", "0.5"),
-        ("priority_beta_start", "0.4"),
         ("target_tau", "0.005"),
         ("reset_shrink", "0.8"),
-        ("bn_momentum", "0.1"),
         ("acting_tau", "0.005"),
         ("eval_epsilon", "0.05"),
     ):
         if not 0.0 <= getattr(cfg, name) <= 1.0:
             problems.append(_problem(name, getattr(cfg, name), "must be in [0, 1]", f"use e.g. {example}"))
-    if not 0.0 <= cfg.advantage_learning < 1.0:
-        problems.append(
-            _problem("advantage_learning", cfg.advantage_learning, "must be in [0, 1)", "use 0.9, or 0 for off")
-        )
     if not 0.0 <= cfg.frontier_start_share < 1.0:
         problems.append(
             _problem(
@@ -210,19 +157,8 @@ def validate(cfg: Any) -> None:
                 "use a fixed-stage id such as SuperMarioBros-1-1-v0, or 0 for off",
             )
         )
-    if not 1.0 < cfg.ez_mu <= 10.0:
-        problems.append(_problem("ez_mu", cfg.ez_mu, "must be in (1, 10]", "use 2 (the paper's value)"))
     if not cfg.reward_scale > 0 or cfg.reward_scale == float("inf"):
         problems.append(_problem("reward_scale", cfg.reward_scale, "must be a finite number > 0", "use e.g. 0.1"))
-    if not 0 <= cfg.no_progress_penalty < float("inf"):
-        problems.append(
-            _problem(
-                "no_progress_penalty",
-                cfg.no_progress_penalty,
-                "must be a finite number >= 0 (game reward units)",
-                "use 0 for off, or e.g. 2",
-            )
-        )
     if cfg.action_set not in ("right_jump", "right_only", "simple", "complex"):
         problems.append(
             _problem("action_set", cfg.action_set, "must be right_jump, right_only, simple or complex", "use simple")
@@ -235,7 +171,6 @@ def validate(cfg: Any) -> None:
         ("amp", SWITCH_VALUES),
         ("backend", ("local", "ray")),
         ("epsilon_schedule", ("linear", "exponential")),
-        ("exploration", ("epsilon", "ez")),
     ):
         if getattr(cfg, name) not in allowed:
             problems.append(
@@ -267,15 +202,6 @@ def validate(cfg: Any) -> None:
                 cfg.learning_starts,
                 f"must not exceed replay_capacity ({cfg.replay_capacity})",
                 "lower learning_starts",
-            )
-        )
-    if cfg.grad_accum >= 1 and cfg.batch_size >= 1 and cfg.batch_size % cfg.grad_accum:
-        problems.append(
-            _problem(
-                "grad_accum",
-                cfg.grad_accum,
-                f"must divide batch_size ({cfg.batch_size})",
-                "pick a divisor of the batch size",
             )
         )
     if cfg.num_processes > 256:

@@ -40,16 +40,10 @@ def _check_int(name: str, value: object, minimum: int) -> int:
     return int(value)
 
 
-def _check_real(name: str, value: object, *, zero_allowed: bool) -> float:
-    """Return ``value`` as a float, or raise ValueError if it is not a finite number > 0
-    (>= 0 with ``zero_allowed``)."""
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, numbers.Real)
-        or not math.isfinite(value)
-        or not (value >= 0 if zero_allowed else value > 0)
-    ):
-        raise ValueError(f"{name} must be a finite number {'>=' if zero_allowed else '>'} 0, got {value!r}")
+def _check_positive(name: str, value: object) -> float:
+    """Return ``value`` as a float, or raise ValueError if it is not a finite number > 0."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value) or not value > 0:
+        raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
     return float(value)
 
 
@@ -74,8 +68,6 @@ def make_env(
     frame_skip: int = 4,
     reward_scale: float = 1.0,
     no_progress_steps: int = 0,
-    no_progress_terminal: bool = False,
-    no_progress_penalty: float = 0.0,
     jump_retrigger: bool = False,
     max_episode_steps: int | None = 0,
     stages: str = "",
@@ -101,10 +93,6 @@ def make_env(
         reward_scale: factor applied to every reward (> 0).
         no_progress_steps: truncate after this many agent steps without a new
             maximum x position; 0 disables.
-        no_progress_terminal: end that cut as terminated instead of truncated.
-        no_progress_penalty: subtracted from the reward of every agent step without a new
-            maximum x position, in the game's reward units (scaled by ``reward_scale``
-            like the reward); 0 disables. Mario only.
         jump_retrigger: Mario only; holding A jumps again on landing
             (:class:`envs.wrappers.JumpRetrigger`, a controller change).
         max_episode_steps: truncate after this many agent steps; 0 or None disables.
@@ -128,8 +116,7 @@ def make_env(
     frame_skip = _check_int("frame_skip", frame_skip, 1)
     no_progress_steps = _check_int("no_progress_steps", no_progress_steps, 0)
     max_episode_steps = _check_int("max_episode_steps", max_episode_steps or 0, 0)
-    reward_scale = _check_real("reward_scale", reward_scale, zero_allowed=False)
-    no_progress_penalty = _check_real("no_progress_penalty", no_progress_penalty, zero_allowed=True)
+    reward_scale = _check_positive("reward_scale", reward_scale)
 
     env: gymnasium.Env
     if spec.kind == "catch":
@@ -146,13 +133,8 @@ def make_env(
     if preprocess or spec.kind == "catch":
         if reward_scale != 1.0:
             env = RewardScale(env, reward_scale)
-        if (no_progress_steps or no_progress_penalty) and spec.kind != "catch":
-            env = NoProgressTruncation(
-                env,
-                no_progress_steps,
-                terminal=no_progress_terminal,
-                penalty=no_progress_penalty * reward_scale,
-            )
+        if no_progress_steps and spec.kind != "catch":
+            env = NoProgressTruncation(env, no_progress_steps)
         if max_episode_steps:
             env = TimeLimit(env, max_episode_steps)
 

@@ -16,10 +16,6 @@ Legacy behaviour worth knowing:
 * ``reset`` restores a snapshot taken after the start screen, so a fixed stage replays
   identically from the same actions; the legacy ``seed`` only seeds an RNG the
   emulator never uses. Only random stages consume randomness (the stage choice);
-* the emulator keeps one snapshot (nes-py's ``_backup``/``_restore``), the one ``reset``
-  restores; to start episodes from a point other than the level's start without losing
-  that one, the adapter keeps a second emulator of the same stage whose snapshot is a
-  *point* (``reset(options={"start": ...})``, :meth:`MarioEnv.save_point`);
 * ``done`` covers every game-terminal event (life lost in a stage env, game over in a
   full-game env, flag, time up), so it maps to ``terminated`` and ``truncated`` is
   always False here (time/progress limits are wrappers).
@@ -109,11 +105,6 @@ class MarioEnv(gymnasium.Env[np.ndarray, int]):
         self._current_target: tuple[int, int] | None = None if self._random_stages else spec.target
         if not self._random_stages:
             self._emulator = self._build(spec.target)
-        self._active: Any = self._emulator  # the emulator step() drives: the level's or the point's
-        # The second emulator of a fixed stage, whose snapshot is a point (built on first use).
-        self._point_emulator: Any = None
-        self._point_saved = False
-        self.point_frames = 0  # frames stepped to bring the point emulator back to the level's start
         self._closed = False
         self.last_rgb: np.ndarray = np.zeros(FRAME_SHAPE, dtype=np.uint8)
         # Set by MaxAndSkip around frames whose pixels it discards (see step).
@@ -146,79 +137,25 @@ class MarioEnv(gymnasium.Env[np.ndarray, int]):
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[np.ndarray, dict[str, Any]]:
-        """Restore the post-start-screen snapshot (of a newly drawn stage for random stages).
-
-        ``options["start"]`` picks where the episode starts: ``"level"`` (the default), the
-        level's start; ``"point"``, the point last saved by :meth:`save_point`; or
-        ``"new_point"``, the level's start on the second emulator, from where the caller
-        steps to a new point and saves it. Points need a fixed stage or the full game (a
-        random-stages env draws another stage at each reset).
-        """
+        """Restore the post-start-screen snapshot (of a newly drawn stage for random stages)."""
         super().reset(seed=seed)
-        start = (options or {}).get("start", "level")
         if self._closed:
             raise RuntimeError("MarioEnv is closed")
-        if start == "level":
-            if self._random_stages:
-                self._current_target = self._sample_stage(options)
-                self._emulator = self._build(self._current_target)
-            self._active = self._emulator
-            screen = self._active.reset()
-        elif start in ("point", "new_point"):
-            if self._random_stages:
-                raise ValueError(f"start={start!r} needs a fixed stage or the full game, not {self.env_id!r}")
-            if start == "point" and not self._point_saved:
-                raise RuntimeError("start='point' before any save_point()")
-            self._active = self._point_emulator_at_start() if start == "new_point" else self._point_emulator
-            screen = self._active.reset() if start == "point" else self._active.screen
-        else:
-            raise ValueError(f"unknown start {start!r}: use 'level', 'point' or 'new_point'")
+        if self._random_stages:
+            self._current_target = self._sample_stage(options)
+            self._emulator = self._build(self._current_target)
+        screen = self._emulator.reset()
         self.last_rgb = np.array(screen)  # copy: the screen view changes on the next frame
         # The legacy reset returns no info; its own info builder reads the same RAM fields.
-        return self.last_rgb, _plain_info(self._active._get_info())
-
-    def save_point(self) -> None:
-        """Make the point emulator's current state the point that ``start="point"`` restores."""
-        if self._active is not self._point_emulator or self._active is None:
-            raise RuntimeError("save_point() needs an episode begun with start='new_point'")
-        self._active._backup()
-        self._point_saved = True
-
-    def _point_emulator_at_start(self) -> Any:
-        """The point emulator at the level's start: new (built there), or power-cycled and
-        past the start screen as its constructor does (the frames go to ``point_frames``)."""
-        if self._point_emulator is None:
-            self._point_emulator = self._smb_class(
-                rom_mode=self._spec.rom_mode, lost_levels=self._spec.lost_levels, target=self._spec.target
-            )
-            return self._point_emulator
-        emulator = self._point_emulator
-        advance = emulator._frame_advance
-        frames = 0
-
-        def counted(action: int) -> None:
-            nonlocal frames
-            frames += 1
-            advance(action)
-
-        emulator._frame_advance = counted  # count the frames the start screen takes
-        try:
-            emulator._has_backup = False  # reset() then power-cycles instead of restoring the point
-            emulator.reset()
-            emulator._skip_start_screen()
-        finally:
-            del emulator._frame_advance
-            self.point_frames += frames
-        self._point_saved = False
-        return emulator
+        return self.last_rgb, _plain_info(self._emulator._get_info())
 
     def step(self, action: int) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
         """Run one NES frame with controller byte ``action``."""
         if not 0 <= action <= 255:
             raise ValueError(f"action must be an NES controller byte 0-255, got {action!r}")
-        if self._active is None:
+        if self._emulator is None:
             raise RuntimeError("MarioEnv is closed")
-        screen, reward, done, info = self._active.step(int(action))
+        screen, reward, done, info = self._emulator.step(int(action))
         if self.skip_frame_copy and not done:
             # The caller discards this frame's pixels (frame skip keeps only the last two
             # frames): return the emulator's view, valid until the next step, and save a
@@ -230,9 +167,9 @@ class MarioEnv(gymnasium.Env[np.ndarray, int]):
     @property
     def on_ground(self) -> bool:
         """Whether Mario stands on solid ground in the current frame (a jump can start)."""
-        if self._active is None:
+        if self._emulator is None:
             raise RuntimeError("MarioEnv is closed")
-        return int(self._active.ram[PLAYER_FLOAT_STATE]) == 0
+        return int(self._emulator.ram[PLAYER_FLOAT_STATE]) == 0
 
     def render(self) -> np.ndarray | None:
         """Return the latest colour frame when ``render_mode="rgb_array"``."""
@@ -248,8 +185,6 @@ class MarioEnv(gymnasium.Env[np.ndarray, int]):
         """Free the emulators (safe to call more than once)."""
         for emulator in self._emulators.values():
             emulator.close()
-        if self._point_emulator is not None:
-            self._point_emulator.close()
         self._emulators.clear()
-        self._emulator = self._active = self._point_emulator = None
+        self._emulator = None
         self._closed = True

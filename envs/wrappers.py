@@ -233,8 +233,7 @@ class RewardScale(gymnasium.RewardWrapper[np.ndarray, Any]):
 
 
 class NoProgressTruncation(gymnasium.Wrapper[np.ndarray, Any, np.ndarray, Any]):
-    """Truncate when ``info["x_pos"]`` sets no new maximum for ``max_steps`` steps (and
-    optionally charge each such step).
+    """Truncate when ``info["x_pos"]`` sets no new maximum for ``max_steps`` steps.
 
     Cuts episodes where the agent is stuck (e.g. pressing into a pipe) instead of
     letting it burn the stage timer. The maximum restarts whenever world, stage or
@@ -242,32 +241,13 @@ class NoProgressTruncation(gymnasium.Wrapper[np.ndarray, Any, np.ndarray, Any]):
     would otherwise count as no progress. ``max_steps=0`` disables the cut. A step
     that is already terminal is not also marked truncated.
 
-    ``terminal=True`` ends the cut as ``terminated`` instead: a learner then does not
-    bootstrap from it, so standing stuck is worth nothing from the cut on, where a
-    truncation gives it the value of the state it was cut in.
-
-    ``penalty`` is subtracted from the reward of every step that sets no new maximum (in
-    the units of the reward this wrapper sees). Waiting a step before the jump a pipe
-    needs then costs the penalty, not only the step's discount, which is all the game's
-    reward charges for it (the gap docs/learning.md measured below the Q-values' noise).
     """
 
-    def __init__(
-        self,
-        env: gymnasium.Env[np.ndarray, Any],
-        max_steps: int,
-        *,
-        terminal: bool = False,
-        penalty: float = 0.0,
-    ) -> None:
+    def __init__(self, env: gymnasium.Env[np.ndarray, Any], max_steps: int) -> None:
         super().__init__(env)
-        self.terminal = bool(terminal)
         if not isinstance(max_steps, (int, np.integer)) or max_steps < 0:
             raise ValueError(f"no-progress steps must be an integer >= 0 (0 disables), got {max_steps!r}")
-        if isinstance(penalty, bool) or not isinstance(penalty, (int, float)) or not 0 <= penalty < float("inf"):
-            raise ValueError(f"no-progress penalty must be a finite number >= 0 (0 disables), got {penalty!r}")
         self.max_steps = int(max_steps)
-        self.penalty = float(penalty)
         self._best_x = 0
         self._stalled = 0
         self._attempt: tuple[Any, ...] = ()
@@ -287,8 +267,7 @@ class NoProgressTruncation(gymnasium.Wrapper[np.ndarray, Any, np.ndarray, Any]):
         return obs, info
 
     def step(self, action: Any) -> tuple[np.ndarray, SupportsFloat, bool, bool, dict[str, Any]]:
-        """Step, charge the penalty for a step without a new maximum, and truncate after
-        ``max_steps`` consecutive such steps."""
+        """Step, and truncate after ``max_steps`` consecutive steps without a new maximum."""
         obs, reward, terminated, truncated, info = self.env.step(action)
         x_pos = info["x_pos"]
         attempt = self._attempt_key(info)
@@ -298,11 +277,6 @@ class NoProgressTruncation(gymnasium.Wrapper[np.ndarray, Any, np.ndarray, Any]):
             self._stalled = 0
         else:
             self._stalled += 1
-            if self.penalty:
-                reward = float(reward) - self.penalty
         if self.max_steps and self._stalled >= self.max_steps and not terminated:
-            if self.terminal:
-                terminated = True
-            else:
-                truncated = True
+            truncated = True
         return obs, reward, terminated, truncated, info

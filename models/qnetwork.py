@@ -9,7 +9,7 @@ Architecture (Mnih et al. 2015, with BatchNorm2d after every conv):
     conv 32 8x8/4 -> BN -> ReLU
     conv 64 4x4/2 -> BN -> ReLU
     conv 64 3x3/1 -> BN -> ReLU
-    flatten (64*7*7 = 3136) [+ one-hot previous action] -> fc 512 -> ReLU
+    flatten (64*7*7 = 3136) -> fc 512 -> ReLU
     dueling:  V(s) + A(s, a) - mean_a A(s, a)      (Wang et al. 2016)
     plain:    linear 512 -> num_actions
 
@@ -24,33 +24,15 @@ fc layer uses ``kaiming_normal_(mode="fan_in", nonlinearity="relu")`` because no
 normalises after it; the output layers use fan_in with a linear gain so initial Q-values
 start near zero with unit-ish spread. BN weight = 1, BN bias = 0, linear biases = 0.
 
-Without BatchNorm (``batch_norm=False``, the trunk of Nature DQN, SPR and BBF): the convs
-get a bias and ``fan_in`` initialisation (nothing rescales their output), and the network
-computes the same function in train and eval mode. With BatchNorm the learner normalises
-with each batch's statistics and the acting copies with the running ones, and the two
-disagree on the greedy action of some states (docs/learning.md).
-
-Batch Renormalization (``batch_renorm=True``, ``models/batch_renorm.py``): the learner's
-train-mode forward keeps the batch statistics in the gradient but computes, in value, the
-eval-mode output, so the function trained is the one acted with.
-
-Previous action (``prev_action_input``): four stacked frames show Mario's position and
-speed but not whether A is already held, which decides whether right+A starts a jump.
-With the option on, ``forward`` also takes the previous agent step's action (int64
-``[B]``, ``num_actions`` meaning "none": the first step of an episode). Joining a one-hot
-of it to the flattened conv features before ``fc`` adds one column of ``fc``'s weight to
-the hidden pre-activation, so it is stored and computed as exactly that: an embedding
-row per action added after ``fc``'s matmul (the "none" row fixed at zero, as an
-all-zero one-hot would be). Its rows start at N(0, 0.5^2): large enough, beside the
-unit-scale pre-activation, for the bit to matter from the first updates.
+The BatchNorm is always there: the BatchNorm-free trunk of Nature DQN, SPR and BBF lost
+to it on the learning benchmark (docs/learning.md), and the learner keeps the running
+statistics precise for the eval-mode forwards instead (``pipeline/learning/batchnorm_stats.py``).
 """
 
 from __future__ import annotations
 
 import torch
 from torch import nn
-
-from models.batch_renorm import BatchRenorm2d
 
 __all__ = ["QNetwork", "build_qnetwork"]
 
@@ -59,15 +41,11 @@ _TRUNK_OUT_FEATURES: int = 64 * 7 * 7
 _HIDDEN: int = 512
 
 
-def _conv(
-    in_channels: int, out_channels: int, kernel: int, stride: int, batch_norm: bool, batch_renorm: bool
-) -> list[nn.Module]:
-    if not batch_norm:
-        return [nn.Conv2d(in_channels, out_channels, kernel_size=kernel, stride=stride), nn.ReLU(inplace=True)]
+def _conv(in_channels: int, out_channels: int, kernel: int, stride: int) -> list[nn.Module]:
     # bias=False: the following BatchNorm's shift makes a conv bias redundant.
     return [
         nn.Conv2d(in_channels, out_channels, kernel_size=kernel, stride=stride, bias=False),
-        BatchRenorm2d(out_channels) if batch_renorm else nn.BatchNorm2d(out_channels),
+        nn.BatchNorm2d(out_channels),
         nn.ReLU(inplace=True),
     ]
 
@@ -84,11 +62,6 @@ class QNetwork(nn.Module):
             updates ~9%, compiled bf16 updates ~7% faster) but ~60% slower for batch-1
             inference, so the learner turns it on and acting copies leave it off. Only
             activations change layout; the weights (and so state_dicts) stay contiguous.
-        prev_action_input: also take the previous agent step's action (see the module docstring).
-        batch_norm: BatchNorm2d after every conv (default); off, biased convs instead.
-        batch_renorm: with batch_norm, Batch Renormalization's training forward
-            (``models/batch_renorm.py``). Only the learner's online net needs it: the eval
-            mode and the state dict are BatchNorm2d's, so acting copies leave it off.
     """
 
     def __init__(
@@ -98,9 +71,6 @@ class QNetwork(nn.Module):
         dueling: bool = True,
         *,
         channels_last: bool = False,
-        prev_action_input: bool = False,
-        batch_norm: bool = True,
-        batch_renorm: bool = False,
     ) -> None:
         super().__init__()
         if num_actions < 1:
@@ -111,20 +81,14 @@ class QNetwork(nn.Module):
         self.frame_stack = frame_stack
         self.dueling = dueling
         self.channels_last = channels_last
-        self.prev_action_input = prev_action_input
-        self.batch_norm = batch_norm
-        self.batch_renorm = batch_norm and batch_renorm
 
         self.features = nn.Sequential(
-            *_conv(frame_stack, 32, 8, 4, batch_norm, batch_renorm),
-            *_conv(32, 64, 4, 2, batch_norm, batch_renorm),
-            *_conv(64, 64, 3, 1, batch_norm, batch_renorm),
+            *_conv(frame_stack, 32, 8, 4),
+            *_conv(32, 64, 4, 2),
+            *_conv(64, 64, 3, 1),
             nn.Flatten(),
         )
         self.fc = nn.Sequential(nn.Linear(_TRUNK_OUT_FEATURES, _HIDDEN), nn.ReLU(inplace=True))
-        if prev_action_input:
-            # Row num_actions is "none" (episode start): padding_idx keeps it zero.
-            self.prev_action = nn.Embedding(num_actions + 1, _HIDDEN, padding_idx=num_actions)
         if dueling:
             self.value = nn.Linear(_HIDDEN, 1)
             self.advantage = nn.Linear(_HIDDEN, num_actions)
@@ -136,45 +100,26 @@ class QNetwork(nn.Module):
         output_layers = {self.value, self.advantage} if self.dueling else {self.head}
         for module in self.modules():
             if isinstance(module, nn.Conv2d):
-                # With BN the forward scale is restored anyway (fan_out keeps the backward
-                # signal well scaled); without it, fan_in keeps the activations at unit scale.
-                mode = "fan_out" if self.batch_norm else "fan_in"
-                nn.init.kaiming_normal_(module.weight, mode=mode, nonlinearity="relu")
-                if module.bias is not None:
-                    nn.init.zeros_(module.bias)
+                # BN restores the forward scale anyway; fan_out keeps the backward signal well scaled.
+                nn.init.kaiming_normal_(module.weight, mode="fan_out", nonlinearity="relu")
             elif isinstance(module, nn.BatchNorm2d):
                 nn.init.ones_(module.weight)
                 nn.init.zeros_(module.bias)
-            elif isinstance(module, nn.Embedding):
-                nn.init.normal_(module.weight, std=0.5)
-                with torch.no_grad():
-                    module.weight[self.num_actions].zero_()
             elif isinstance(module, nn.Linear):
                 # Output layers feed no ReLU, so they get the linear gain (1) not sqrt(2).
                 gain_for = "linear" if module in output_layers else "relu"
                 nn.init.kaiming_normal_(module.weight, mode="fan_in", nonlinearity=gain_for)
                 nn.init.zeros_(module.bias)
 
-    def forward(self, obs: torch.Tensor, prev_action: torch.Tensor | None = None) -> torch.Tensor:
-        """Q-values ``[B, num_actions]`` for uint8 (or already-float 0..255) ``[B, S, 84, 84]``.
-
-        ``prev_action`` (int64 ``[B]`` in ``0..num_actions``, ``num_actions`` = none) is used
-        only by a network built with ``prev_action_input``; None there means "none" for all.
-        """
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        """Q-values ``[B, num_actions]`` for uint8 (or already-float 0..255) ``[B, S, 84, 84]``."""
         # Scaling happens here, on whatever device the network lives on, so callers can
         # ship compact uint8 tensors. Under autocast the convs still run in low precision.
         # Out-of-place division: a float input must not be modified under the caller.
         x = obs.float() / 255.0
         if self.channels_last:
             x = x.contiguous(memory_format=torch.channels_last)
-        if self.prev_action_input:
-            if prev_action is None:
-                prev_action = torch.full((obs.shape[0],), self.num_actions, dtype=torch.long, device=obs.device)
-            # fc's Linear then the action's column, then the ReLU (see the module docstring).
-            linear, relu = self.fc[0], self.fc[1]
-            h = relu(linear(self.features(x)) + self.prev_action(prev_action))
-        else:
-            h = self.fc(self.features(x))
+        h = self.fc(self.features(x))
         # The output layers run in fp32 even under autocast: Q-values are tens (66 on 1-1 at
         # 1.5M frames) while the gaps between actions that decide the greedy action are
         # tenths, and bf16's 8-bit mantissa rounds to 0.25 between 32 and 64. In bf16 a third
@@ -190,13 +135,7 @@ class QNetwork(nn.Module):
             return value + advantage - advantage.mean(dim=1, keepdim=True)
 
 
-def build_qnetwork(
-    num_actions: int,
-    frame_stack: int = 4,
-    dueling: bool = True,
-    prev_action_input: bool = False,
-    batch_norm: bool = True,
-) -> QNetwork:
+def build_qnetwork(num_actions: int, frame_stack: int = 4, dueling: bool = True) -> QNetwork:
     """A fresh CPU ``QNetwork`` in eval mode, for a collector's acting copy.
 
     Collectors only run inference with weights published by the learner, so the copy
@@ -204,13 +143,7 @@ def build_qnetwork(
     ``requires_grad`` switched off so no autograd bookkeeping is done while acting.
     It keeps the default NCHW activations, which are faster for batch-1 inference.
     """
-    net = QNetwork(
-        num_actions,
-        frame_stack=frame_stack,
-        dueling=dueling,
-        prev_action_input=prev_action_input,
-        batch_norm=batch_norm,
-    )
+    net = QNetwork(num_actions, frame_stack=frame_stack, dueling=dueling)
     net.eval()
     net.requires_grad_(False)
     return net

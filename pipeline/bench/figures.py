@@ -128,14 +128,6 @@ FIGURES: dict[str, dict[str, FigureSpec]] = {
             f"{v}_warmup_s": _spec(f"{v.replace('_', '+')} warm-up s", "{:.1f}", "compile (if any) + 3 warm-up updates")
             for v in ("eager", "eager_amp", "compiled", "compiled_amp")
         },
-        "batch_renorm_updates_per_s": _spec(
-            "batch renorm updates/s", "{:,.1f}", "the variant in use with batch_renorm (full bench only)"
-        ),
-        "batch_renorm_samples_per_s": _spec("batch renorm samples/s", "{:,.0f}", "updates/s x batch size"),
-        "batch_renorm_warmup_s": _spec("batch renorm warm-up s", "{:.1f}", "compile (if any) + 3 warm-up updates"),
-        "renorm_relative": _spec(
-            "batch renorm / configured", "{:.2f}", "updates/s ratio: Batch Renormalization's cost"
-        ),
         "compiled_speedup": _spec("compiled / eager", "{:.2f}", "updates/s ratio, fp32"),
         "amp_speedup": _spec("eager+AMP / eager", "{:.2f}", "updates/s ratio, no compile"),
         "compiled_amp_speedup": _spec("compiled+AMP / eager", "{:.2f}", "updates/s ratio"),

@@ -71,10 +71,6 @@ def evaluation_cost(window: dict[str, float], cfg: Any) -> dict[str, float]:
     }
 
 
-# The learner part's extra variant: the one in use with Batch Renormalization.
-RENORM_VARIANT = "batch_renorm"
-
-
 class TrainingParts(SuiteBase):
     """The ``learner``, ``training``, ``startup``, ``evaluator`` and ``soak`` parts."""
 
@@ -87,12 +83,6 @@ class TrainingParts(SuiteBase):
         in_use = choose_learner(cfg, str(device)).variant
         # --quick times only eager and the variant in use, in 2 rounds instead of 4.
         variants = list(dict.fromkeys(["eager", in_use])) if self.options.quick else list(LEARNER_VARIANTS)
-        overrides = {}
-        if cfg.batch_norm and not cfg.batch_renorm and not self.options.quick:
-            # What Batch Renormalization's training forward costs the variant in use.
-            compile_, amp = LEARNER_VARIANTS[in_use]
-            overrides[RENORM_VARIANT] = {"compile": compile_, "amp": amp, "batch_renorm": True}
-            variants.append(RENORM_VARIANT)
         replay_device = device if cfg.replay_device == "auto" else resolve_device(cfg.replay_device)
         spec = learner_spec(
             cfg,
@@ -101,7 +91,6 @@ class TrainingParts(SuiteBase):
             rounds=2 if self.options.quick else 4,
             seconds_per_variant=max(2.0, self.seconds / 2),
             replay_device=replay_device,
-            overrides=overrides,
         )
         try:
             out = time_learners(spec)
@@ -111,8 +100,6 @@ class TrainingParts(SuiteBase):
         result.figures.update({"threads": float(spec["threads"]), "batch_size": float(cfg.batch_size)})
         result.figures.update({k: v for k, v in out.items() if k in FIGURES["learner"]})
         result.figures["configured_speedup"] = out[f"{in_use}_updates_per_s"] / out["eager_updates_per_s"]
-        if RENORM_VARIANT in overrides:
-            result.figures["renorm_relative"] = out[f"{RENORM_VARIANT}_updates_per_s"] / out[f"{in_use}_updates_per_s"]
         result.details.update(
             {
                 "in_use": in_use,

@@ -138,7 +138,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--recalibrate-states",
         type=_int_at_least(1),
-        help="states for --recalibrate (default: the run's bn_calibration_states, or 256)",
+        help="states for --recalibrate (default: the run's bn_calibration_states)",
     )
     parser.add_argument(
         "--stages",
@@ -156,13 +156,11 @@ def recalibrate_policy(policy: Policy, replay_path: str, states: int | None, see
     chunks of the run's batch size; returns what was done, for the command's output."""
     import torch
 
-    from pipeline.learning.batchnorm_stats import batch_norm_layers, calibration_chunks, recalibrate
+    from pipeline.learning.batchnorm_stats import recalibrate
     from pipeline.learning.replay import ReplayFileError, ReplayMemory
 
-    if not batch_norm_layers(policy.model):
-        raise UserError(f"--recalibrate: {policy.path} has no BatchNorm layer to re-estimate; drop --recalibrate")
     config = policy.config
-    count = states or config.bn_calibration_states or 256
+    count = states or config.bn_calibration_states
     try:
         memory = ReplayMemory.load(replay_path)
     except ReplayFileError as exc:
@@ -172,11 +170,9 @@ def recalibrate_policy(policy: Policy, replay_path: str, states: int | None, see
             f"--recalibrate {replay_path}: its states stack {memory.geometry['frame_stack']} frames, "
             f"the network takes {policy.frame_stack}; give the replay saved by this checkpoint's run"
         )
-    obs, prev = memory.sample_states(count, torch.Generator().manual_seed(seed))
-    chunk = max(1, config.batch_size // config.grad_accum)
-    feeds_prev = config.prev_action_input
-    chunks = calibration_chunks(obs, prev if feeds_prev else None, chunk, num_actions=policy.num_actions)
-    recalibrate(policy.model, chunks)
+    obs = memory.sample_states(count, torch.Generator().manual_seed(seed))
+    chunk = config.batch_size
+    recalibrate(policy.model, obs.split(chunk))
     policy.model.eval()
     return f"BatchNorm statistics re-estimated on {count} states of {replay_path} (chunks of {chunk})"
 

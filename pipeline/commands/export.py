@@ -119,9 +119,8 @@ def storage_effect(
         nets.append(net.eval())
     generator = torch.Generator().manual_seed(0)
     obs = torch.randint(0, 256, (PROBES, config.frame_stack, 84, 84), generator=generator, dtype=torch.uint8)
-    previous = torch.randint(0, num_actions + 1, (PROBES,), generator=generator)
     with torch.inference_mode():
-        before, after = (net(obs, previous) for net in nets)
+        before, after = (net(obs) for net in nets)
     return float((before - after).abs().max()), int((before.argmax(1) == after.argmax(1)).sum())
 
 

@@ -44,7 +44,7 @@ class ActingCopy:
         """One step of the average (after every update)."""
         torch._foreach_lerp_(self._params, self._online_params, self.tau)
 
-    def calibrate(self, chunks: Iterable[tuple[torch.Tensor, torch.Tensor | None]]) -> int:
+    def calibrate(self, chunks: Iterable[torch.Tensor]) -> int:
         """Re-estimate the copy's BatchNorm statistics with its own weights."""
         return recalibrate(self.net, chunks)
 

@@ -36,14 +36,7 @@ import torch
 from torch import nn
 from torch.nn.modules.batchnorm import _BatchNorm
 
-__all__ = [
-    "batch_norm_layers",
-    "calibration_chunks",
-    "freeze_running_statistics",
-    "preserved_statistics",
-    "recalibrate",
-    "set_momentum",
-]
+__all__ = ["batch_norm_layers", "freeze_running_statistics", "preserved_statistics", "recalibrate"]
 
 
 def batch_norm_layers(net: nn.Module) -> list[_BatchNorm]:
@@ -51,15 +44,10 @@ def batch_norm_layers(net: nn.Module) -> list[_BatchNorm]:
     return [m for m in net.modules() if isinstance(m, _BatchNorm) and m.track_running_stats]
 
 
-def set_momentum(net: nn.Module, momentum: float) -> None:
-    """The running-average momentum of every BatchNorm layer of ``net``."""
-    for layer in batch_norm_layers(net):
-        layer.momentum = momentum
-
-
 def freeze_running_statistics(net: nn.Module) -> None:
     """Momentum 0 for every BatchNorm layer: train-mode forwards stop moving the statistics."""
-    set_momentum(net, 0.0)
+    for layer in batch_norm_layers(net):
+        layer.momentum = 0.0
 
 
 @contextlib.contextmanager
@@ -80,15 +68,15 @@ def preserved_statistics(net: nn.Module) -> Iterator[None]:
 
 
 @torch.no_grad()
-def recalibrate(net: nn.Module, chunks: Iterable[tuple[torch.Tensor, torch.Tensor | None]]) -> int:
+def recalibrate(net: nn.Module, chunks: Iterable[torch.Tensor]) -> int:
     """Re-estimate every BatchNorm layer's running statistics over ``chunks``.
 
-    ``chunks`` yields ``(obs, prev_action)`` pairs as the network's forward takes them
-    (``prev_action`` may be None). Each chunk is one train-mode forward and counts as one
-    batch of the cumulative average; chunks of the training batch size reproduce the
-    statistics training normalises with. The forwards run in float32 whatever autocast is
-    active around the call: the statistics are what every eval-mode output is shifted by.
-    The layers' momenta and the network's mode are restored afterwards. Returns the
+    ``chunks`` yields observation batches (e.g. ``obs.split(batch_size)``). Each chunk is
+    one train-mode forward and counts as one batch of the cumulative average; chunks of the
+    training batch size reproduce the statistics training normalises with. The forwards
+    run in float32 whatever autocast is active around the call: the statistics are what
+    every eval-mode output is shifted by. The layers' momenta and the network's mode are
+    restored afterwards. Returns the
     number of states seen (0 leaves the statistics as they were).
     """
     layers = batch_norm_layers(net)
@@ -99,7 +87,7 @@ def recalibrate(net: nn.Module, chunks: Iterable[tuple[torch.Tensor, torch.Tenso
     started = False
     seen = 0
     try:
-        for obs, prev in chunks:
+        for obs in chunks:
             if not started:  # reset only once there is data to re-estimate from
                 started = True
                 for layer in layers:
@@ -107,25 +95,10 @@ def recalibrate(net: nn.Module, chunks: Iterable[tuple[torch.Tensor, torch.Tenso
                     layer.momentum = None
                 net.train()
             with torch.autocast(device_type=obs.device.type, enabled=False):
-                net(obs) if prev is None else net(obs, prev)
+                net(obs)
             seen += int(obs.shape[0])
     finally:
         for layer, momentum in zip(layers, momenta):
             layer.momentum = momentum
         net.train(was_training)
     return seen
-
-
-def calibration_chunks(
-    obs: torch.Tensor, prev: torch.Tensor | None, chunk: int, *, num_actions: int | None = None
-) -> list[tuple[torch.Tensor, torch.Tensor | None]]:
-    """``(obs, prev_action)`` chunks of ``chunk`` states for :func:`recalibrate`.
-
-    ``chunk`` should be the training batch size, so the statistics are those training
-    normalises with. ``num_actions`` is given for a network fed the previous action, whose
-    values are clamped to it ("none", a start state's); without it, or without ``prev``,
-    the chunks carry no previous action.
-    """
-    if prev is None or num_actions is None:
-        return [(part, None) for part in obs.split(chunk)]
-    return list(zip(obs.split(chunk), prev.long().clamp(max=num_actions).split(chunk)))

@@ -11,12 +11,7 @@ before them, instead of once per lucky episode.
 How the collector returns to such a state: a fixed stage is deterministic given the
 actions (``reset`` restores the same snapshot; the game's own randomness comes from its
 frame counter), so it resets as usual and replays the recorded actions from the start,
-``frame_skip`` emulator frames per replayed step. nes-py 8.2.1 keeps one snapshot per
-emulator (``_backup``/``_restore``, the one ``reset`` restores), so to use a point more
-than once (``frontier_point_episodes`` > 1) each env keeps a second emulator of the stage
-(:class:`envs.mario.MarioEnv`'s point emulator): it is power-cycled past the start screen
-(about 220 frames), replays the prefix once and saves the point, and the next episodes
-from that point restore it for nothing. Either way the frames are counted
+``frame_skip`` emulator frames per replayed step. The frames are counted
 (``replayed_frames``) and never recorded as transitions.
 
 The archive keeps one trajectory: the action sequence from the level's start up to the
@@ -71,12 +66,6 @@ class EpisodeTrace:
     def clear(self) -> None:
         self.length = 0
         self.overflowed = False
-
-    def copy_from(self, other: EpisodeTrace) -> None:
-        """Start over as a copy of ``other`` (an episode continued from the same point)."""
-        self.length, self.overflowed = other.length, other.overflowed
-        self.actions[: other.length] = other.actions[: other.length]
-        self.x_pos[: other.length] = other.x_pos[: other.length]
 
     def append(self, action: int, x_pos: int) -> None:
         """Record one agent step (its action and the x position it led to)."""

@@ -11,28 +11,20 @@ One ``Learner.update(batch)`` is one optimizer step:
 
    ``discount`` comes from the replay already holding ``gamma**k`` (0 when the n-step
    window hit a terminal state), so the learner has no discount factor of its own.
-   With ``advantage_learning`` = alpha > 0 the target becomes Bellemare et al.'s (2016)
-   advantage-learning operator, ``target - alpha * (max_b Q_target(s, b) - Q_target(s, a))``:
-   every action other than the best is pushed down by alpha times its current gap, which
-   widens the gaps between actions without changing which one is best. (Mario's gaps are
-   ~1 % of Q, so small errors of Q flip the greedy action; see docs/learning.md.) Both
-   states go through the target net as one batch.
-3. The masked Huber loss ``sum(w * huber(Q_online(s, a), target)) / max(sum(w), 1)``,
-   optionally as ``grad_accum`` micro-batches whose gradients accumulate; every micro
-   loss is divided by the *full* batch's weight sum so the accumulated gradient is the
-   full-batch gradient (up to BatchNorm, which normalises each micro-batch on its own).
+3. The masked Huber loss ``sum(w * huber(Q_online(s, a), target)) / max(sum(w), 1)``.
 4. ``clip_grad_norm_(grad_clip)``, Adam step, and every ``target_sync_updates`` steps a
    full copy ``target.load_state_dict(online.state_dict())`` (BatchNorm buffers too).
 
-BatchNorm statistics (``bn_calibration_states`` > 0, :mod:`~pipeline.learning.batchnorm_stats`):
+BatchNorm statistics (:mod:`~pipeline.learning.batchnorm_stats`):
 the online net's running statistics are frozen between calibrations (momentum 0), and
 :meth:`Learner.calibrate` re-estimates them with the current weights over the states its
 owner hands it ("precise BN"): the trainer hands it uniform replay states before every
 publish, and to every update that copies the target (:attr:`Learner.copies_target_next`),
 which re-estimates them on those before the copy. Every eval-mode forward (the target, the
 Double-DQN argmax, the acting copies, the evaluator) then normalises with statistics of the
-weights it runs, not with an average of the last ten batches (0: a running average,
-``bn_momentum``). The learner never draws states itself: it does not know the replay.
+weights it runs, not with an average of the last batches, which moved the eval-mode
+Q-values by several action gaps. The learner never draws states itself: it does not know
+the replay.
 
 With ``acting_tau`` the published weights are an :class:`~pipeline.learning.acting_copy.ActingCopy`,
 a moving average of the online ones with statistics calibrated for its own weights.
@@ -48,8 +40,7 @@ BatchNorm modes (why):
   gradient). That makes ``a*`` the action the acting copy (which also runs in eval mode
   with the published statistics) would choose, keeps the argmax independent of the
   batch composition, and avoids advancing the running statistics a second time per
-  update with next-state data. Targets for the whole batch are computed before any
-  micro-batch's train-mode forward, so every micro-batch sees the same targets.
+  update with next-state data.
 
 Known limitation: samples with weight 0 do not contribute to the loss or, through the
 loss, to the gradient, but their observations still enter BatchNorm's batch statistics
@@ -83,14 +74,7 @@ from torch import nn
 
 from models import QNetwork
 from pipeline.learning.acting_copy import ActingCopy
-from pipeline.learning.augment import random_shift
-from pipeline.learning.batchnorm_stats import (
-    batch_norm_layers,
-    calibration_chunks,
-    freeze_running_statistics,
-    recalibrate,
-    set_momentum,
-)
+from pipeline.learning.batchnorm_stats import freeze_running_statistics, recalibrate
 from pipeline.learning.dqn_loss import double_dqn_targets, huber_loss, targets
 from pipeline.learning.learner_compile import WARMUP_UPDATES, CompiledStep, random_batch
 from pipeline.learning.learner_device import BatchLike, batch_to_device, pick_amp_dtype, resolve_device, to_device
@@ -98,19 +82,23 @@ from pipeline.learning.learner_settings import LearnerSettings
 
 logger = logging.getLogger(__name__)
 
-# States a calibration re-estimates the BatchNorm statistics on: (obs, prev_action or None).
-CalibrationStates = tuple[torch.Tensor, torch.Tensor | None]
+# States a calibration re-estimates the BatchNorm statistics on: uint8 [N, S, 84, 84].
+CalibrationStates = torch.Tensor
 
 # Order of the per-update statistics kept in ``Learner._metric_sums``.
 _LOSS, _TD_ABS, _Q_SUM, _WEIGHT, _GRAD_NORM = range(5)
+
+# Adam's epsilon: Rainbow's (Hessel et al. 2018), which bounds a step where a gradient's second
+# moment is tiny; every run of this project used it, and no other value was ever measured.
+ADAM_EPS: float = 1.5e-4
 
 
 class Learner:
     """Owns the online/target Q-networks, the optimizer and the update step."""
 
     def __init__(self, num_actions: int, settings: LearnerSettings) -> None:
-        if settings.grad_accum < 1:
-            raise ValueError(f"grad_accum must be >= 1, got {settings.grad_accum}")
+        if settings.bn_calibration_states < 1:
+            raise ValueError(f"bn_calibration_states must be >= 1 (precise BN), got {settings.bn_calibration_states}")
         if settings.target_sync_updates < 1:
             raise ValueError(f"target_sync_updates must be >= 1, got {settings.target_sync_updates}")
         self.settings = settings
@@ -133,7 +121,7 @@ class Learner:
         self.optimizer = torch.optim.Adam(
             self.online.parameters(),
             lr=settings.learning_rate,
-            eps=settings.adam_eps,
+            eps=ADAM_EPS,
             fused=self.device.type in ("cpu", "cuda"),
         )
         self.amp_dtype: torch.dtype | None = pick_amp_dtype(self.device, settings.amp)
@@ -154,36 +142,29 @@ class Learner:
         self.step = CompiledStep(self._targets, self._loss, compile=settings.compile, backend=settings.compile_backend)
         self._metric_sums = torch.zeros(5, dtype=torch.float32, device=self.device)
         self._metric_updates: int = 0
-        # Precise BN: how many states a calibration wants (0: the statistics are a running
-        # average, or the network has no BatchNorm), and when the last one ran.
-        self.calibration_count: int = settings.bn_calibration_states if batch_norm_layers(self.online) else 0
+        # Precise BN: how many states a calibration wants, and when the last one ran.
+        self.calibration_count: int = settings.bn_calibration_states
         self.calibrated_at: int = -1  # the update count of the last calibration (-1: none yet)
         # Before any compilation: the compiled graphs are specialised on the momentum.
-        if settings.bn_calibration_states > 0:
-            freeze_running_statistics(self.online)
-        else:
-            set_momentum(self.online, settings.bn_momentum)
+        freeze_running_statistics(self.online)
         # What the collectors and the evaluator play: the online net, or an average of it.
         self.acting: ActingCopy | None = ActingCopy(self.online, settings.acting_tau) if settings.acting_tau else None
 
     # ------------------------------------------------------------------ public API
 
     def update(self, batch: BatchLike, calibration_states: CalibrationStates | None = None) -> torch.Tensor:
-        """One optimizer step on ``batch`` (split into ``grad_accum`` micro-batches).
+        """One optimizer step on ``batch``.
 
         Returns each sample's absolute TD error ``|target - Q(s, a)|`` (float32 ``[B]``,
         detached, on the learner's device; no host sync): a prioritized replay's new
         priorities.
 
-        ``calibration_states`` (``(obs, prev_action)``, see :meth:`calibrate`) are what an
+        ``calibration_states`` (replay states, see :meth:`calibrate`) are what an
         update that copies the target (:attr:`copies_target_next`) re-estimates the
         statistics on after its step and before the copy; an update that copies without
         them copies the statistics as they are.
-
-        With ``augment_pad``, ``obs`` and ``next_obs`` are randomly shifted first, each
-        with offsets of its own (:func:`~pipeline.learning.augment.random_shift`).
         """
-        tensors = self.augmented(self._batch_to_device(batch))
+        tensors = self._batch_to_device(batch)
         return self.step.run(
             lambda: self._update_step(*tensors, calibration_states=calibration_states),
             save=self._snapshot,
@@ -194,15 +175,6 @@ class Learner:
     def compiled(self) -> bool:
         """Whether the update runs compiled functions (False before the first update)."""
         return self.step.compiled
-
-    def augmented(self, tensors: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]:
-        """The device batch (the fields of ``BATCH_FIELDS``, in order) with ``obs`` and
-        ``next_obs`` shifted by offsets of their own (unchanged when ``augment_pad`` is 0)."""
-        pad = self.settings.augment_pad
-        if not pad:
-            return tensors
-        obs, action, ret, next_obs, *rest = tensors
-        return (random_shift(obs, pad), action, ret, random_shift(next_obs, pad), *rest)
 
     def warmup(self, batch_size: int) -> float:
         """Compile (if enabled) by running a few updates on random data; restore all state.
@@ -282,25 +254,15 @@ class Learner:
 
     def calibrate(self, states: CalibrationStates) -> bool:
         """Re-estimate the online net's BatchNorm statistics over ``states`` (precise BN):
-        ``(obs uint8 [N, S, 84, 84], prev_action [N] or None)``, e.g. uniform replay states,
+        ``obs uint8 [N, S, 84, 84]``, e.g. uniform replay states,
         in chunks of ``calibration_chunk``; the acting copy's too, with its own weights, on
         the same states. Every layer's running mean and variance become the averages of the
         chunks' batch means and unbiased variances
         (:func:`~pipeline.learning.batchnorm_stats.recalibrate`).
 
-        Returns whether it did: without ``bn_calibration_states`` (a running average) or
-        without BatchNorm it does nothing (:attr:`calibration_count` is then 0).
+        Returns True: it always does.
         """
-        if not self.calibration_count:
-            return False
-        obs, prev = states
-        feeds_prev = prev is not None and self.settings.prev_action_input
-        chunks = calibration_chunks(
-            self._to_device(obs),
-            self._to_device(prev) if feeds_prev else None,
-            self.settings.calibration_chunk,
-            num_actions=self.num_actions,
-        )
+        chunks = self._to_device(states).split(self.settings.calibration_chunk)
         recalibrate(self.online, chunks)
         if self.acting is not None:
             self.acting.calibrate(chunks)
@@ -363,34 +325,17 @@ class Learner:
         next_obs: torch.Tensor,
         discount: torch.Tensor,
         weight: torch.Tensor,
-        prev_action: torch.Tensor,
-        next_prev_action: torch.Tensor,
         *,
         calibration_states: CalibrationStates | None = None,
     ) -> torch.Tensor:
-        target = self._compute_targets(next_obs, next_prev_action, ret, discount, obs, prev_action, action)
-        # Normalising every micro-batch by the full batch's weight makes the accumulated
-        # gradient equal the full-batch gradient.
-        denom = weight.sum().clamp(min=1.0)
+        target = self._compute_targets(next_obs, ret, discount)
         self.optimizer.zero_grad(set_to_none=True)
-        accum = self.settings.grad_accum
-        td_errors = []
-        for obs_c, prev_c, action_c, target_c, weight_c in zip(
-            obs.tensor_split(accum),
-            prev_action.tensor_split(accum),
-            action.tensor_split(accum),
-            target.tensor_split(accum),
-            weight.tensor_split(accum),
-        ):
-            if obs_c.shape[0] == 0:  # grad_accum larger than the batch
-                continue
-            loss, stats, td_abs = self.step.loss(obs_c, prev_c, action_c, target_c, weight_c, denom)
-            td_errors.append(td_abs)
-            if self.scaler is not None:
-                self.scaler.scale(loss).backward()
-            else:
-                loss.backward()
-            self._metric_sums[:_GRAD_NORM] += stats
+        loss, stats, td_abs = self.step.loss(obs, action, target, weight)
+        if self.scaler is not None:
+            self.scaler.scale(loss).backward()
+        else:
+            loss.backward()
+        self._metric_sums[:_GRAD_NORM] += stats
 
         if self.scaler is not None:
             self.scaler.unscale_(self.optimizer)  # clip the true gradients, not scaled ones
@@ -411,17 +356,16 @@ class Learner:
             self.acting.follow()
         if self.settings.reset_interval and self.updates % self.settings.reset_interval == 0:
             self.shrink_and_perturb()
-        return td_errors[0] if len(td_errors) == 1 else torch.cat(td_errors)
+        return td_abs
 
     def _compute_targets(self, *batch: torch.Tensor) -> torch.Tensor:
-        """Targets from ``(next_obs, next_prev, ret, discount, obs, prev, action)``."""
+        """Targets from ``(next_obs, ret, discount)``."""
         return targets(self.online, self.step.targets, *batch)
 
     # The two functions the step compiles: bound methods, so the compiled graphs see the
     # learner's networks (and guard on them) as the eager ones do.
     def _targets(self, *batch: torch.Tensor) -> torch.Tensor:
-        alpha = self.settings.advantage_learning
-        return double_dqn_targets(self.online, self.target, *batch, advantage_learning=alpha)
+        return double_dqn_targets(self.online, self.target, *batch)
 
     def _loss(self, *tensors: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         return huber_loss(self.online, *tensors, amp_dtype=self.amp_dtype)
@@ -463,19 +407,10 @@ class Learner:
     # ------------------------------------------------------------------ helpers
 
     def _network(self, *, channels_last: bool = False) -> QNetwork:
-        settings = self.settings
-        return QNetwork(
-            self.num_actions,
-            settings.frame_stack,
-            settings.dueling,
-            channels_last=channels_last,
-            prev_action_input=settings.prev_action_input,
-            batch_norm=settings.batch_norm,
-            batch_renorm=settings.batch_renorm,
-        )
+        return QNetwork(self.num_actions, self.settings.frame_stack, self.settings.dueling, channels_last=channels_last)
 
     def _batch_to_device(self, batch: BatchLike) -> tuple[torch.Tensor, ...]:
-        return batch_to_device(batch, self.device, self.num_actions)
+        return batch_to_device(batch, self.device)
 
     def _to_device(self, tensor: torch.Tensor) -> torch.Tensor:
         return to_device(tensor, self.device)

@@ -135,8 +135,6 @@ def choose_learner(
         "num_actions": spec["num_actions"],
         "frame_stack": cfg.frame_stack,
         "dueling": cfg.dueling,
-        "batch_norm": cfg.batch_norm,
-        "batch_renorm": cfg.batch_renorm,
         "variants": variants,
     }
     digest = hashlib.sha1(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]

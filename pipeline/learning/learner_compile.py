@@ -139,6 +139,4 @@ def random_batch(num_actions: int, frame_stack: int, batch_size: int) -> Batch:
         next_obs=torch.randint(0, 256, shape, dtype=torch.uint8, generator=gen),
         discount=torch.full((batch_size,), 0.99),  # any discount does: warmup's updates are undone
         weight=torch.ones(batch_size),
-        prev_action=torch.randint(0, num_actions + 1, (batch_size,), generator=gen),
-        next_prev_action=torch.randint(0, num_actions + 1, (batch_size,), generator=gen),
     )

@@ -2,8 +2,7 @@
 
 :func:`batch_to_device` moves a replay batch (:class:`BatchLike`) to the learner's device
 once per update: pinned and non-blocking when the learner is on CUDA and the batch on the
-CPU, no copy at all when both are on the CPU. A batch built by hand may leave the
-previous actions out; they then read "none" (``num_actions``) for every sample.
+CPU, no copy at all when both are on the CPU.
 """
 
 from __future__ import annotations
@@ -16,16 +15,7 @@ from pipeline.common.errors import UserError
 
 __all__ = ["BATCH_FIELDS", "BatchLike", "batch_to_device", "pick_amp_dtype", "resolve_device", "to_device"]
 
-BATCH_FIELDS: tuple[str, ...] = (
-    "obs",
-    "action",
-    "ret",
-    "next_obs",
-    "discount",
-    "weight",
-    "prev_action",
-    "next_prev_action",
-)
+BATCH_FIELDS: tuple[str, ...] = ("obs", "action", "ret", "next_obs", "discount", "weight")
 
 
 class BatchLike(Protocol):
@@ -37,8 +27,6 @@ class BatchLike(Protocol):
     next_obs: torch.Tensor  # uint8 [B, S, 84, 84]
     discount: torch.Tensor  # float32 [B], gamma**k or 0 when terminated
     weight: torch.Tensor  # float32 [B], 1 valid / 0 invalid
-    prev_action: torch.Tensor | None  # int64 [B] action before obs (num_actions = none), or None
-    next_prev_action: torch.Tensor | None  # the same for next_obs
 
 
 def resolve_device(name: str) -> torch.device:
@@ -81,17 +69,8 @@ def to_device(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
     return tensor.to(device)
 
 
-def batch_to_device(batch: BatchLike, device: torch.device, num_actions: int) -> tuple[torch.Tensor, ...]:
+def batch_to_device(batch: BatchLike, device: torch.device) -> tuple[torch.Tensor, ...]:
     """The batch's fields (:data:`BATCH_FIELDS`, in order) on ``device``; actions int64."""
-    obs, action, ret, next_obs, discount, weight = (
-        to_device(getattr(batch, name), device) for name in BATCH_FIELDS[:6]
-    )
-    none = num_actions  # "no previous action"; a batch built by hand may leave them out
-    prev, next_prev = (
-        torch.full_like(action, none, dtype=torch.int64)
-        if getattr(batch, name, None) is None
-        else to_device(getattr(batch, name), device).long().clamp(max=none)
-        for name in BATCH_FIELDS[6:]
-    )
+    obs, action, ret, next_obs, discount, weight = (to_device(getattr(batch, name), device) for name in BATCH_FIELDS)
     # gather() needs int64 indices; .long() is a no-op for the replay's int64 actions.
-    return obs, action.long(), ret, next_obs, discount, weight, prev, next_prev
+    return obs, action.long(), ret, next_obs, discount, weight

@@ -51,26 +51,18 @@ def learner_spec(
     rounds: int,
     seconds_per_variant: float,
     replay_device: torch.device | str | None = None,
-    overrides: dict[str, dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
-    """What the learner child measures (plain data: it is pickled to the child).
-
-    ``overrides`` names extra variants: each is a dict of :class:`LearnerSettings` fields
-    (``compile`` and ``amp`` included) that replace the run's, timed in the same rounds
-    as the others (the bench's cost of Batch Renormalization, say).
-    """
+    """What the learner child measures (plain data: it is pickled to the child)."""
     from dataclasses import asdict
 
     import envs
     from pipeline.learning.learner_settings import LearnerSettings
 
-    overrides = dict(overrides or {})
-    unknown = [v for v in variants if v not in LEARNER_VARIANTS and v not in overrides]
+    unknown = [v for v in variants if v not in LEARNER_VARIANTS]
     if unknown:
         raise ValueError(f"unknown learner variant(s) {unknown}; known: {list(LEARNER_VARIANTS)}")
     return {
         "variants": list(variants),
-        "overrides": overrides,
         "rounds": rounds,
         "round_s": seconds_per_variant / rounds,
         "seconds_per_variant": seconds_per_variant,
@@ -162,9 +154,8 @@ def _measure_learners(spec: dict[str, Any]) -> dict[str, float]:
     learners: dict[str, Learner] = {}
     out: dict[str, float] = {}
     for name in spec["variants"]:
-        changes = spec["overrides"].get(name) or dict(zip(("compile", "amp"), LEARNER_VARIANTS[name]))
-        compile_ = changes["compile"]
-        settings = LearnerSettings(**{**spec["settings"], **changes, "device": str(device)})
+        compile_, amp = LEARNER_VARIANTS[name]
+        settings = LearnerSettings(**{**spec["settings"], "compile": compile_, "amp": amp, "device": str(device)})
         learner = Learner(spec["num_actions"], settings)
         out[f"{name}_warmup_s"] = learner.warmup(batch_size)
         for batch in batches[:2]:  # the real batch types once, untimed

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from config import Config
+from config import Config, RemovedOptionError
 from pipeline.common.errors import UserError
 
 __all__ = [
@@ -155,16 +155,10 @@ def check_action_count(path: Path | str, trained_actions: int, config: Config, e
 
 
 def network_of(config: Config, num_actions: int) -> Any:
-    """A fresh CPU ``QNetwork`` shaped as ``config`` says (frame stack, dueling, previous action, BatchNorm)."""
+    """A fresh CPU ``QNetwork`` shaped as ``config`` says (frame stack, dueling)."""
     from models import QNetwork
 
-    return QNetwork(
-        num_actions,
-        frame_stack=config.frame_stack,
-        dueling=config.dueling,
-        prev_action_input=config.prev_action_input,
-        batch_norm=config.batch_norm,
-    )
+    return QNetwork(num_actions, frame_stack=config.frame_stack, dueling=config.dueling)
 
 
 def load_policy(path: str | os.PathLike[str] | None, env_id: str | None = None) -> Policy:
@@ -194,8 +188,10 @@ def load_policy(path: str | os.PathLike[str] | None, env_id: str | None = None) 
     try:
         # The weights the run acted with: its acting copy (acting_tau) when it had one.
         online = acting_weights(payload)
-        config = Config.from_dict(dict(payload["config"]))
+        config = Config.from_dict(dict(payload["config"]), source=f"checkpoint {path}")
         num_actions = int(payload["num_actions"])
+    except RemovedOptionError:
+        raise  # its own one line: the option, its value and the tag to check out
     except (KeyError, TypeError, ValueError) as exc:
         raise CheckpointError(
             f"checkpoint {path} is not a training checkpoint of this project (missing or bad {exc}); "
@@ -236,7 +232,7 @@ def constant_action_model(action: int, num_actions: int) -> Callable[..., Any]:
     values = torch.zeros(1, num_actions)
     values[0, action] = 1.0
 
-    def model(observation: Any, previous_action: Any = None) -> Any:
+    def model(observation: Any) -> Any:
         return values
 
     return model
@@ -364,8 +360,6 @@ def play_episode(
     stack = np.zeros((frame_stack, *np.shape(obs)), np.uint8)
     stack[:] = obs
     stack_tensor = torch.from_numpy(stack).unsqueeze(0)  # shares memory with stack
-    # The previous action as a collector feeds it: num_actions = none at the first step.
-    prev_action = torch.full((1,), num_actions, dtype=torch.int64)
     taken: list[int] = []
     episode_return = 0.0
     steps = 0
@@ -376,14 +370,13 @@ def play_episode(
             action = int(rng.integers(num_actions))
         else:
             with torch.inference_mode():
-                action = int(model(stack_tensor, prev_action).argmax(1))
+                action = int(model(stack_tensor).argmax(1))
         next_obs, reward, terminated, truncated, info = env.step(action)
         steps += 1
         taken.append(action)
         episode_return += float(reward)
         stack[:-1] = stack[1:]
         stack[-1] = next_obs
-        prev_action[0] = action
         if not (terminated or truncated) and (
             (max_steps and steps >= max_steps)
             or (actions is not None and steps >= len(actions))

@@ -59,9 +59,6 @@ class ReplayMemory:
     ``stream`` and ``seq`` are int64 ``[B]`` tensors on the device naming each candidate's
     stream and absolute sequence number within that stream (0 = first record ever added
     to it); pass it to :meth:`update_priorities` when prioritized.
-
-    ``num_actions`` is the run's action count: batches name "no previous action" (an
-    episode's first step) by that value.
     """
 
     def __init__(
@@ -78,7 +75,6 @@ class ReplayMemory:
         alpha: float = 0.6,
         beta: float = 0.4,
         eps: float = 1e-6,
-        num_actions: int = 255,
     ) -> None:
         if num_streams < 1:
             raise ValueError("num_streams must be >= 1")
@@ -126,7 +122,6 @@ class ReplayMemory:
             n_step=n_step,
             gamma=self.gamma,
             device=dev,
-            num_actions=num_actions,
         )
         self._generator = torch.Generator(device=dev)
         self._generator.manual_seed(seed)
@@ -269,9 +264,9 @@ class ReplayMemory:
             return batch, (stream, seq)
         return batch
 
-    def sample_states(self, count: int, generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        """``count`` stacked states drawn uniformly over all stored positions, with their
-        previous actions: ``(obs uint8 [N, S, 84, 84], prev_action int64 [N])``.
+    def sample_states(self, count: int, generator: torch.Generator | None = None) -> torch.Tensor:
+        """``count`` stacked states (uint8 ``[N, S, 84, 84]``) drawn uniformly over all
+        stored positions.
 
         Uniform even in a prioritized memory: these are the states a BatchNorm layer's
         statistics are estimated on (:mod:`~pipeline.learning.batchnorm_stats`) and the
@@ -282,8 +277,7 @@ class ReplayMemory:
         """
         stream, seq = self._sampler.draw_uniform(count, generator or self._generator)
         batch, _ = self._sampler.transitions(stream, seq)
-        assert batch.prev_action is not None  # the sampler always fills it
-        return batch.obs, batch.prev_action
+        return batch.obs
 
     # ------------------------------------------------------------------ priorities
     def update_priorities(

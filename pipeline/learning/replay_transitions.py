@@ -34,12 +34,6 @@ record of its stream). Stacks: the stack at ``p`` is frames ``p-S+1 .. p`` of ``
 episode; frames before the episode's START repeat the START frame, so a stack never
 mixes episodes. A stream whose first record is not a START is treated as an episode of
 unknown beginning: stacks that would need a frame before sequence number 0 are invalid.
-
-Previous actions: every stack also comes with the action taken on the agent step before
-its newest frame, for networks that see it (``prev_action_input``): the action of record
-``p - 1`` for a stack ending at ``p``, or ``num_actions`` ("none") when ``p`` is an
-episode's START. A FINAL record's previous action is the episode's last action. A
-candidate whose previous record is already overwritten is invalid, like its stack.
 """
 
 from __future__ import annotations
@@ -63,10 +57,6 @@ class Batch:
     next_obs: torch.Tensor  # uint8 [B, S, 84, 84] stacked state at t+k
     discount: torch.Tensor  # float32 [B] gamma^k, 0 if TERMINATED within the k steps (0 if invalid)
     weight: torch.Tensor  # float32 [B] 1 valid sample (prioritized: IS weight in (0, 1]), 0 invalid candidate
-    # int64 [B] action of the step before obs / next_obs, num_actions = none (episode start).
-    # None (batches built by hand) means "none" for every sample.
-    prev_action: torch.Tensor | None = None
-    next_prev_action: torch.Tensor | None = None
 
 
 class TransitionSampler:
@@ -90,7 +80,6 @@ class TransitionSampler:
         n_step: int,
         gamma: float,
         device: torch.device,
-        num_actions: int = 255,
     ) -> None:
         self._frames = frames
         self._actions = actions
@@ -103,7 +92,6 @@ class TransitionSampler:
         self.n_step = n_step
         self.gamma = gamma
         self.device = device
-        self.num_actions = num_actions  # the "none" previous action
         # discount = gamma^k is a gather from this table (k varies per candidate).
         self._gamma_pow = torch.tensor([gamma**i for i in range(n_step + 1)], dtype=torch.float32, device=self.device)
 
@@ -142,26 +130,19 @@ class TransitionSampler:
         return stream, oldest + offset
 
     # ------------------------------------------------------------------ transitions
-    def stack(
-        self, stream: torch.Tensor, pos: torch.Tensor, oldest: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Frames of the stacks ending at ``pos``, the previous action of each (see the module
-        docstring) and whether everything they need is still stored."""
+    def stack(self, stream: torch.Tensor, pos: torch.Tensor, oldest: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Frames of the stacks ending at ``pos`` and whether every frame they need is still stored."""
         s = self.frame_stack
         idx = torch.empty((pos.shape[0], s), dtype=torch.int64, device=self.device)
         cur = pos
         ok = pos >= oldest
         idx[:, s - 1] = self.slot(stream, cur)
-        starts = (self._flags[idx[:, s - 1]] & FLAG_START) != 0
-        ok &= starts | (pos - 1 >= oldest)
-        none = torch.full_like(pos, self.num_actions)
-        prev_action = torch.where(starts, none, self._actions[self.slot(stream, pos - 1)].to(torch.int64))
         for j in range(1, s):
             at_start = (self._flags[self.slot(stream, cur)] & FLAG_START) != 0
             cur = torch.where(at_start, cur, cur - 1)  # stay on the START frame: repeat it
             ok &= cur >= oldest
             idx[:, s - 1 - j] = self.slot(stream, cur)
-        return self._frames[idx], prev_action, ok
+        return self._frames[idx], ok
 
     def transitions(
         self, stream: torch.Tensor, seq: torch.Tensor, drawable: torch.Tensor | None = None
@@ -218,8 +199,8 @@ class TransitionSampler:
             k = torch.where(ends, j + 1, k)
             active &= ~ends
 
-        obs, prev_action, ok_obs = self.stack(stream, seq, oldest)
-        next_obs, next_prev_action, ok_next = self.stack(stream, next_pos, oldest)
+        obs, ok_obs = self.stack(stream, seq, oldest)
+        next_obs, ok_next = self.stack(stream, next_pos, oldest)
         valid &= ok_obs & ok_next
 
         zero = torch.zeros(b, dtype=torch.float32, device=dev)
@@ -231,7 +212,5 @@ class TransitionSampler:
             next_obs=next_obs,
             discount=torch.where(valid, discount, zero),
             weight=valid.to(torch.float32),
-            prev_action=prev_action,
-            next_prev_action=next_prev_action,
         )
         return batch, valid

@@ -75,8 +75,6 @@ class SteadinessProbe:
     Args:
         obs: the probe states, uint8 ``[N, S, 84, 84]`` (or what the network takes), on the
             network's device.
-        prev_action: their previous actions (int64 ``[N]``), or None for a network without
-            that input.
         chunk: states per train-mode forward: the training batch size.
         batchings: train-mode forwards of the probe per measurement, each with the states
             chunked in another order (1 = only the drawn order).
@@ -86,7 +84,6 @@ class SteadinessProbe:
     def __init__(
         self,
         obs: torch.Tensor,
-        prev_action: torch.Tensor | None,
         chunk: int,
         *,
         batchings: int = 1,
@@ -99,7 +96,6 @@ class SteadinessProbe:
         if obs.shape[0] < 2:
             raise ValueError(f"a probe needs at least 2 states, got {obs.shape[0]}")
         self.obs = obs
-        self.prev_action = prev_action
         self.chunk = chunk
         generator = torch.Generator().manual_seed(seed)
         count = int(obs.shape[0])
@@ -117,7 +113,7 @@ class SteadinessProbe:
         was_training = net.training
         net.eval()
         try:
-            return self._forward(net, self.obs, self.prev_action)
+            return self._forward(net, self.obs)
         finally:
             net.train(was_training)
 
@@ -133,17 +129,11 @@ class SteadinessProbe:
         running statistics are left as they were."""
         order = self.orders[batching]
         obs = self.obs if batching == 0 else self.obs[order]
-        prev = self.prev_action
-        if prev is not None and batching != 0:
-            prev = prev[order]
         was_training = net.training
         with preserved_statistics(net):
             net.train()
             try:
-                parts = [
-                    self._forward(net, chunk, None if prev is None else prev[start : start + self.chunk])
-                    for start, chunk in zip(range(0, len(self), self.chunk), obs.split(self.chunk))
-                ]
+                parts = [self._forward(net, chunk) for chunk in obs.split(self.chunk)]
             finally:
                 net.train(was_training)
         q = torch.cat(parts)
@@ -187,7 +177,6 @@ class SteadinessProbe:
         return SteadinessFigures(*figures)
 
     @staticmethod
-    def _forward(net: nn.Module, obs: torch.Tensor, prev: torch.Tensor | None) -> torch.Tensor:
+    def _forward(net: nn.Module, obs: torch.Tensor) -> torch.Tensor:
         with torch.autocast(device_type=obs.device.type, enabled=False):
-            q = net(obs) if prev is None else net(obs, prev)
-        return q.float()
+            return net(obs).float()

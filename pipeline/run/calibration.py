@@ -53,7 +53,7 @@ class Calibration:
         were at this update count or the replay cannot give the states yet. Returns whether
         it did."""
         learner = self.learner
-        if not learner.calibration_count or learner.calibrated_at == learner.updates:
+        if learner.calibrated_at == learner.updates:
             return False
         if not self.replay.can_sample(self.min_replay):
             return False
@@ -61,7 +61,7 @@ class Calibration:
 
     def for_next_update(self) -> CalibrationStates | None:
         """The states for the next update when it copies the target, else None."""
-        if self.learner.calibration_count and self.learner.copies_target_next:
+        if self.learner.copies_target_next:
             return self._draw()
         return None
 

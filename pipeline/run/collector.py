@@ -2,11 +2,7 @@
 
 A collector builds its own emulators (never inherited from the parent), keeps a CPU
 copy of the Q-network in eval mode with one intra-op thread, and acts epsilon-greedy
-with the epsilon the learner publishes: plain, or temporally extended (``exploration =
-"ez"``: a random action held for a zeta-distributed number of steps,
-:mod:`~pipeline.learning.exploration`). With ``prev_action_input`` the network also sees
-each env's previous action ("none" at an episode's first step), exactly as the replay
-rebuilds it from the stored actions at sampling time.
+with the epsilon the learner publishes (:mod:`~pipeline.learning.exploration`).
 
 It steps ``envs_per_collector`` environments in lockstep and chooses their actions with
 ONE batched forward pass. Inference is the only per-step cost a collector adds on top
@@ -21,8 +17,8 @@ record (its last observation) and a msgpack summary. The collector's first slot 
 :class:`~pipeline.transport.ring.SlotCounters`), so the learner's monitor and supervisor
 read them without any message passing.
 
-When every env explores (or repeats an exploratory action) the network is not evaluated
-at all: the actions do not depend on it, which saves CPU early in training.
+When every env explores the network is not evaluated at all: the actions do not depend
+on it, which saves CPU early in training.
 
 When it looks for new weights it also looks at the weights block's hold: with
 ``eval_max_lag_frames`` set, the evaluator holds training while an evaluation it has
@@ -31,7 +27,7 @@ not started is that many frames overdue, and the collector waits (counted as sta
 With ``frontier_start_share`` > 0 a share of episodes start at a point of the collector's
 furthest trajectory so far, reached by replaying its recorded actions
 (:mod:`~pipeline.run.frontier_starts`); only what follows is recorded, as an episode of its
-own (a START record, no previous action).
+own (a START record).
 """
 
 from __future__ import annotations
@@ -47,6 +43,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from config import Config
+from pipeline.learning.exploration import epsilon_greedy
 from pipeline.learning.frontier import EpisodeTrace, FrontierArchive, stage_signature
 from pipeline.run.env_stream import EnvStream
 from pipeline.run.frontier_starts import FrontierStarter
@@ -62,6 +59,10 @@ ENV_ERROR_LIMIT = 5  # env failures within ENV_ERROR_WINDOW_S before backing off
 ENV_ERROR_WINDOW_S = 60.0
 ENV_ERROR_BACKOFF_S = 5.0
 PARENT_CHECK_STEPS = 256
+# A collector looks for new weights between episodes and at least every this many agent
+# steps (all its envs together): at Mario's ~150 steps/s per env a few seconds, well within
+# the hundred updates of an epoch, and a check is a single read of the version word.
+WEIGHTS_CHECK_STEPS = 200
 MAX_TRACE_STEPS = 20_000  # longest episode kept for frontier starts when episodes are unlimited
 HOLD_CHECK_S = 0.01  # how often a collector held for the evaluator looks again
 
@@ -126,7 +127,6 @@ class Collector:
         import torch
 
         from envs import make_env, preprocess_ns
-        from pipeline.learning.exploration import TemporallyExtendedEpsilonGreedy
         from pipeline.learning.flat_state import StateLoader
         from pipeline.learning.policy import network_of
         from pipeline.transport.segments import attach_segment
@@ -167,16 +167,6 @@ class Collector:
             self.streams.append(EnvStream(self._build_env(seed), slot, seed, self.stacks[k]))
         self.num_actions = int(self.streams[0].env.action_space.n)
         self.model = network_of(self.cfg, self.num_actions).eval()
-        # Previous action per env; num_actions = none (an episode's first step).
-        self.prev_actions = np.full(len(slots), self.num_actions, np.int64)
-        self.prev_actions_tensor = torch.from_numpy(self.prev_actions)  # shares memory
-        self.explorer = TemporallyExtendedEpsilonGreedy(
-            len(slots),
-            self.num_actions,
-            self.rng,
-            max_duration=self.cfg.ez_max_steps if self.cfg.exploration == "ez" else 1,
-            mu=self.cfg.ez_mu,
-        )
         # Restarts near the frontier: the collector's furthest trajectory, each env's trace.
         self.frontier: FrontierArchive | None = None
         self.frontier_starter: FrontierStarter | None = None
@@ -192,7 +182,7 @@ class Collector:
             )
             capacity = self.cfg.max_episode_steps or MAX_TRACE_STEPS
             for stream in self.streams:
-                stream.trace, stream.point_trace = EpisodeTrace(capacity), EpisodeTrace(capacity)
+                stream.trace = EpisodeTrace(capacity)
             self.frontier_starter = FrontierStarter(
                 self.frontier, self.cfg, self.counters, self.weights, logger, args.slot
             )
@@ -295,7 +285,6 @@ class Collector:
             pass
         stream.env = self._build_env(stream.seed)
         stream.needs_reset = True
-        stream.point_uses_left = 0  # the new env has no point saved
 
     def _maybe_inject_fault(self, steps: int) -> None:
         """Reliability tests only: raise inside env stepping as a broken emulator would."""
@@ -305,7 +294,7 @@ class Collector:
             self.fault_step = -1  # once
             raise RuntimeError(f"injected environment fault at step {steps}")
 
-    def _reset(self, stream: EnvStream, index: int) -> bool:
+    def _reset(self, stream: EnvStream) -> bool:
         try:
             obs, _ = stream.env.reset(seed=stream.seed if stream.first_reset else None)
             stream.replayed_steps = 0
@@ -323,8 +312,6 @@ class Collector:
             return False
         stream.first_reset = stream.needs_reset = False
         stream.stack[:] = obs
-        self.prev_actions[index] = self.num_actions
-        self.explorer.reset(index)
         stream.flags = FLAG_START
         stream.episode_return = 0.0
         stream.episode_steps = 0
@@ -337,7 +324,7 @@ class Collector:
     def run(self) -> None:
         torch = self.torch
         counters, cfg = self.counters, self.cfg
-        check_every = max(1, cfg.weights_check_steps // len(self.streams))  # in rounds
+        check_every = max(1, WEIGHTS_CHECK_STEPS // len(self.streams))  # in rounds
         frame_skip = 1 if cfg.env_id.startswith("Catch") else cfg.frame_skip
         reward_scale = float(cfg.reward_scale)
         perf = time.perf_counter_ns
@@ -354,20 +341,20 @@ class Collector:
         rounds = 0
         while True:
             t0 = perf()
-            for index, stream in enumerate(self.streams):
-                while stream.needs_reset and not self._reset(stream, index):
+            for stream in self.streams:
+                while stream.needs_reset and not self._reset(stream):
                     pass
             # Exploration for every env at once; one forward for the greedy ones.
-            actions, greedy = self.explorer.choose(epsilon)
+            actions, greedy = epsilon_greedy(self.rng, len(self.streams), self.num_actions, epsilon)
             t1 = perf()
             if greedy.any():
                 with torch.inference_mode():
-                    best = self.model(self.stacks_tensor, self.prev_actions_tensor).argmax(1).numpy()
+                    best = self.model(self.stacks_tensor).argmax(1).numpy()
                 actions = np.where(greedy, best, actions)
             t2 = perf()
             write_ns_round = 0
             episode_ended = False
-            for index, (stream, action) in enumerate(zip(self.streams, actions.tolist())):
+            for stream, action in zip(self.streams, actions.tolist()):
                 try:
                     self._maybe_inject_fault(stream.steps)
                     next_obs, reward, terminated, truncated, info = stream.env.step(action)
@@ -385,7 +372,6 @@ class Collector:
                 stream.episode_return += reward
                 stream.stack[:-1] = stream.stack[1:]
                 stream.stack[-1] = next_obs
-                self.prev_actions[index] = action
                 if stream.trace is not None:
                     stream.trace.append(action, int(info["x_pos"]))
                 if done:
@@ -430,7 +416,7 @@ class Collector:
             counters.set_phase_ns("write", write_ns)
             counters.beat()
             rounds += 1
-            # New weights between episodes, and at least every weights_check_steps steps.
+            # New weights between episodes, and at least every WEIGHTS_CHECK_STEPS steps.
             if episode_ended or rounds % check_every == 0:
                 self._wait_while_held()
                 self._sync_weights()

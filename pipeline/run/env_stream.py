@@ -34,5 +34,3 @@ class EnvStream:
         self.preprocess_done_ns = 0  # preprocessing time of envs of this stream already replaced
         self.trace: EpisodeTrace | None = None  # the episode's actions from the level's start
         self.replayed_steps = 0  # steps replayed to this episode's start point
-        self.point_trace: EpisodeTrace | None = None  # the trace up to the point its env saved
-        self.point_uses_left = 0  # frontier starts left from that point

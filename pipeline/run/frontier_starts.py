@@ -4,10 +4,8 @@ trajectory so far, reached by replaying its recorded actions.
 With ``frontier_start_share`` > 0 a share of a collector's episodes start near the
 frontier (:class:`~pipeline.learning.frontier.FrontierArchive` keeps the trajectory and
 draws the start). The env resets as usual and replays the recorded actions up to that
-point; with ``frontier_point_episodes`` > 1 it does so on its second emulator, which saves
-the point and restores it for that many episodes. Only what follows is recorded, as an
-episode of its own; the frames stepped to get there are counted in the home slot's
-``replayed_frames``.
+point. Only what follows is recorded, as an episode of its own; the frames stepped to get
+there are counted in the home slot's ``replayed_frames``.
 """
 
 from __future__ import annotations
@@ -49,29 +47,17 @@ class FrontierStarter:
         """Maybe start the episode at a point of the furthest trajectory; return the
         observation it starts from, or None when the run is stopping mid-replay.
 
-        A new point is reached by replaying a prefix of the trajectory from the level's
-        start (on the env's point emulator when points are kept for several episodes);
-        a kept point is restored. The prefix goes into the env's trace (the episode is
-        still counted from the level's start), the frames stepped into
-        ``replayed_frames``; none is recorded. Should the replay end an episode (the stage
-        did not replay the same way), the env starts at the level's start instead.
+        The point is reached by replaying a prefix of the trajectory from the level's
+        start. The prefix goes into the env's trace (the episode is still counted from the
+        level's start), the frames stepped into ``replayed_frames``; none is recorded.
+        Should the replay end an episode (the stage did not replay the same way), the env
+        starts at the level's start instead.
         """
-        assert stream.trace is not None and stream.point_trace is not None
+        assert stream.trace is not None
         steps = self.archive.draw_restart()
         if steps == 0:
             return obs
         env, trace = stream.env, stream.trace
-        keep_points = self.cfg.frontier_point_episodes > 1
-        if keep_points and stream.point_uses_left > 0:
-            stream.point_uses_left -= 1
-            trace.copy_from(stream.point_trace)
-            stream.replayed_steps = trace.length
-            return env.reset(options={"start": "point"})[0]
-        if keep_points:
-            env.reset(options={"start": "new_point"})
-            inner = env.unwrapped
-            self.counters.replayed_frames += inner.point_frames  # the start screen, after a power cycle
-            inner.point_frames = 0
         for step, action in enumerate(self.archive.actions[:steps].tolist()):
             if step % REPLAY_BEAT_STEPS == 0:
                 # A long trajectory takes seconds to replay (more on a busy core): the
@@ -95,11 +81,4 @@ class FrontierStarter:
                 trace.clear()
                 return env.reset()[0]
         stream.replayed_steps = steps
-        if keep_points:
-            env.unwrapped.save_point()
-            stream.point_trace.copy_from(trace)
-            stream.point_uses_left = self.cfg.frontier_point_episodes - 1
-            # From the point just saved: the wrappers' counters start afresh, as for every
-            # later episode from it.
-            obs = env.reset(options={"start": "point"})[0]
         return obs

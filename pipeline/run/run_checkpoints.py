@@ -41,6 +41,10 @@ from pipeline.transport.episodes import EpisodeSummary
 
 BEST_NAME = "best.pt"
 MARKS_DIR = "marks"
+# Periodic checkpoints kept besides the final one and best.pt: enough to step back past a
+# bad save or two (each is ~20 MB with the optimizer), few enough that a long run's
+# directory stays small; never a setting anyone changed.
+KEEP_CHECKPOINTS = 3
 # best.pt needs a return averaged over this many training episodes at least.
 MIN_EPISODES_FOR_BEST = 10
 ROLLING_EPISODES = 100
@@ -81,7 +85,7 @@ def rolling_return(episodes: Iterable[EpisodeSummary]) -> float | None:
 class RunCheckpoints:
     """The checkpoints of one run directory, and the best rolling return saved so far."""
 
-    def __init__(self, directory: Path, keep: int) -> None:
+    def __init__(self, directory: Path, keep: int = KEEP_CHECKPOINTS) -> None:
         self.directory = directory
         self.keep = keep
         self.best_return = float("-inf")  # a resumed run carries on with its checkpoint's

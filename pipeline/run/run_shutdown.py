@@ -29,8 +29,13 @@ __all__ = ["drain", "final_monitor_row", "finish_evaluations", "save_final", "wr
 
 logger = logging.getLogger("mario.trainer")
 
+# How long a run that reached total_frames waits for the evaluation of its final weights:
+# ten minutes hold a 10+1-episode evaluation of 2,000-step Mario episodes on a busy core,
+# and a wedged evaluator cannot hold the run's end for longer (Ctrl-C skips it).
+FINAL_EVALUATION_TIMEOUT_S = 600.0
 
-def finish_evaluations(evaluations: Evaluations, *, final: bool, timeout_s: float) -> None:
+
+def finish_evaluations(evaluations: Evaluations, *, final: bool, timeout_s: float = FINAL_EVALUATION_TIMEOUT_S) -> None:
     """Wait for the final evaluation when one was asked for (``final``; the collectors are
     stopped, so it has the CPU; a Ctrl-C skips it), then stop the evaluator."""
     if evaluations.evaluator is None:

@@ -100,7 +100,7 @@ def open_run(
         # A fresh run in a reused directory must not start from an earlier run's frontier.
         shutil.rmtree(paths.frontier, ignore_errors=True)
     releases.enter_context(write_failures.writer_threads(paths.root))
-    checkpoints = RunCheckpoints(paths.checkpoints, cfg.keep_checkpoints)
+    checkpoints = RunCheckpoints(paths.checkpoints)
     checkpoints.last_good = resume_path
     (paths.root / "config.json").write_text(json.dumps({"config": cfg.to_dict(), "sources": sources}, indent=2))
     removed = segments.remove_stale_segments()

@@ -42,6 +42,7 @@ from pipeline.learning.policy import network_of
 from pipeline.learning.replay import ReplayFileError, ReplayMemory
 from pipeline.learning.replay_store import ReplayReader
 from pipeline.run.monitor.monitor import Monitor
+from pipeline.run.pacing import PRIORITY_BETA_START
 from pipeline.run.preflight import RunLock, check_machine
 
 # What a checkpoint written by the trainer always holds (its "learner" also holds "online").
@@ -105,7 +106,9 @@ def load_resume_checkpoint(cfg: Config) -> tuple[Path, Path, dict[str, Any]]:
     """The checkpoint ``cfg.resume`` names, its run directory, and its checked contents.
 
     Raises ``CheckpointError`` for a file that is not a training checkpoint of this project
-    or whose network has another shape than ``cfg``'s (action set, dueling, frame stack).
+    or whose network has another shape than ``cfg``'s (action set, dueling, frame stack),
+    and ``RemovedOptionError`` (a ``ConfigError``) for one trained with an option removed
+    after the tag ``pre-option-removal``.
     """
     path, root = resolve_resume(cfg.resume)
     state = load_checkpoint(path)
@@ -116,6 +119,9 @@ def load_resume_checkpoint(cfg: Config) -> tuple[Path, Path, dict[str, Any]]:
             f"{', '.join(sorted(missing)) or 'learner.online'}); pass a ckpt-*.pt "
             f"file or a run directory written by main.py"
         )
+    if isinstance(state.get("config"), dict):
+        # A run of an option removed since is refused here, in one line (RemovedOptionError).
+        Config.from_dict(state["config"], source=f"checkpoint {path}")
     num_actions = envs.num_actions(cfg.env_id, cfg.action_set)
     mismatch = network_mismatch(state, cfg, num_actions)
     if mismatch:
@@ -125,7 +131,7 @@ def load_resume_checkpoint(cfg: Config) -> tuple[Path, Path, dict[str, Any]]:
 
 
 # The settings that shape the network: a checkpoint resumes only into the same shape.
-NETWORK_FIELDS = ("frame_stack", "dueling", "prev_action_input", "batch_norm")
+NETWORK_FIELDS = ("frame_stack", "dueling")
 
 
 def network_mismatch(state: dict[str, Any], cfg: Config, num_actions: int) -> str:
@@ -186,11 +192,9 @@ RUN_ONLY_FIELDS = frozenset(
         "monitor",
         "monitor_interval_s",
         "checkpoint_interval_s",
-        "keep_checkpoints",
         "eval_interval_frames",
         "eval_episodes",
         "eval_max_steps",
-        "eval_final_timeout_s",
         "mark_interval_frames",
         "replay_save_interval_s",
         "heartbeat_timeout_s",
@@ -245,8 +249,7 @@ def build_replay(cfg: Config, num_streams: int, device: torch.device) -> ReplayM
         seed=cfg.seed,
         prioritized=cfg.prioritized_replay,
         alpha=cfg.priority_alpha,
-        beta=cfg.priority_beta_start,
-        num_actions=envs.num_actions(cfg.env_id, cfg.action_set),
+        beta=PRIORITY_BETA_START,
     )
 
 

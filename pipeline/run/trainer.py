@@ -4,7 +4,7 @@ Tasks on the loop (uvloop when installed):
 
 - consolidator: drains the collectors' ring slots into the replay memory;
 - train loop: samples batches and runs learner updates under the replay-ratio limiter,
-  publishing weights and epsilon every MODEL_UPDATE_FREQUENCY epochs;
+  publishing weights and epsilon every epoch (``updates_per_epoch`` updates);
 - monitor: every few seconds, reads every counter and shows/logs/writes them;
 - supervisor: restarts collectors that die or hang; periodic checkpoints.
 
@@ -203,8 +203,7 @@ class Trainer:
             self.counters["updates"] += 1
             if self.counters["updates"] % cfg.updates_per_epoch == 0:
                 self.counters["epochs"] += 1
-                if self.counters["epochs"] % cfg.model_update_frequency == 0:
-                    self._publish()
+                self._publish()  # every epoch: the collectors act with weights at most an epoch old
             await asyncio.sleep(0)  # let the consolidator run between updates
 
     async def _watch(self) -> None:
@@ -223,7 +222,7 @@ class Trainer:
                 self.startup["first transition"] = time.monotonic() - self._t0
             res.weights.epsilon = self.epsilon()
             if res.replay.prioritized:
-                res.replay.beta = priority_beta_at(cfg, self.total("frames"))
+                res.replay.beta = priority_beta_at(self.total("frames"))
             if cfg.mark_interval_frames and self.total("frames") >= self._next_mark:
                 await self.save_mark_in_background()  # before the stop check: the last mark counts
             if cfg.total_frames and self.total("frames") >= cfg.total_frames:
@@ -279,7 +278,7 @@ class Trainer:
 
     def _ask_final_evaluation(self) -> None:
         """A run that reached its frames ends with an evaluation of its last weights."""
-        if self.cfg.eval_final_timeout_s > 0 and self.evaluations.evaluator is not None:
+        if self.evaluations.evaluator is not None:
             self._publish()
             self.final_evaluation = self.evaluations.request_final()
 
@@ -420,7 +419,7 @@ class Trainer:
         res = self.resources
         res.weights.request_stop()
         res.supervisor.stop()
-        finish_evaluations(self.evaluations, final=self.final_evaluation, timeout_s=self.cfg.eval_final_timeout_s)
+        finish_evaluations(self.evaluations, final=self.final_evaluation)
         if self.evaluations.evaluator is not None:
             self._poll_evaluations(stopping=True)  # what it sent meanwhile
         try:

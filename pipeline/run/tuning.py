@@ -260,8 +260,6 @@ def tuning_path(cfg: Config, device: str = "cpu") -> Path:
         "replay_ratio": cfg.replay_ratio,
         "frame_stack": cfg.frame_stack,
         "dueling": cfg.dueling,
-        "batch_norm": cfg.batch_norm,
-        "batch_renorm": cfg.batch_renorm,
         "variants": list(LEARNER_VARIANTS),
     }
     digest = hashlib.sha1(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]

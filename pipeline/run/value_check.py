@@ -28,8 +28,8 @@ class _RecordingModel:
         self.model = model
         self.last: Any = None
 
-    def __call__(self, obs: Any, prev_action: Any) -> Any:
-        q = self.model(obs, prev_action)
+    def __call__(self, obs: Any) -> Any:
+        q = self.model(obs)
         self.last = q[0].float()
         return q
 

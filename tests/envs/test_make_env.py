@@ -16,31 +16,15 @@ from envs.actions import button_lists
 from envs.legacy import load_legacy
 
 
-def test_run_config_no_progress_terminal_reaches_the_env() -> None:
+def test_run_config_no_progress_steps_reaches_the_env_as_a_truncation() -> None:
     from config import Config
 
-    cfg = Config(no_progress_steps=3, no_progress_terminal=True)
+    cfg = Config(no_progress_steps=3)
     env = envs.make_env("SuperMarioBros-1-1-v0", **cfg.env_kwargs())
     env.reset()
     ends = [env.step(0)[2:4] for _ in range(3)]  # NOOP: no new x, cut at the third step
-    assert ends == [(False, False), (False, False), (True, False)]
+    assert ends == [(False, False), (False, False), (False, True)]
     env.close()
-
-
-def test_run_config_no_progress_penalty_reaches_the_env_in_game_units() -> None:
-    from config import Config
-
-    rewards = {}
-    for penalty in (0.0, 2.0):
-        cfg = Config(no_progress_steps=0, no_progress_penalty=penalty, reward_scale=0.1)
-        env = envs.make_env("SuperMarioBros-1-1-v0", **cfg.env_kwargs())
-        env.reset()
-        rewards[penalty] = [env.step(0)[1] for _ in range(4)]  # NOOP: no new x
-        env.close()
-    # Scaled like the game's reward: 2 game units are 0.2 at reward_scale 0.1.
-    assert rewards[2.0] == pytest.approx([r - 0.2 for r in rewards[0.0]])
-    with pytest.raises(ValueError, match="no_progress_penalty"):
-        envs.make_env("SuperMarioBros-1-1-v0", no_progress_penalty=float("nan"))
 
 
 def test_jump_retrigger_lets_a_constant_right_a_finish_1_1() -> None:

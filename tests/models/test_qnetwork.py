@@ -69,24 +69,6 @@ def test_batchnorm_after_each_conv_and_convs_have_no_bias() -> None:
     assert net.fc[0].in_features == 3136 and net.fc[0].out_features == 512
 
 
-def test_without_batchnorm_convs_have_biases_and_train_and_eval_agree() -> None:
-    net = QNetwork(7, batch_norm=False)
-    layers = list(net.features)
-    assert not any(isinstance(layer, nn.BatchNorm2d) for layer in layers)
-    convs = [layer for layer in layers if isinstance(layer, nn.Conv2d)]
-    assert len(convs) == 3 and all(conv.bias is not None and not conv.bias.any() for conv in convs)
-    assert not list(net.buffers())  # nothing running: the state_dict is weights only
-    obs = _obs(batch=4)
-    with torch.no_grad():
-        torch.testing.assert_close(net.train()(obs), net.eval()(obs))
-        # fan_in initialisation keeps the trunk's activations at unit scale (no BN to restore it).
-        features = net.features(obs.float() / 255.0)
-    assert 0.05 < features.pow(2).mean().sqrt().item() < 5.0
-    # A checkpoint of one kind does not load into the other.
-    with pytest.raises(RuntimeError):
-        QNetwork(7).load_state_dict(net.state_dict())
-
-
 def test_dueling_head_vs_plain_head() -> None:
     dueling = QNetwork(6, dueling=True)
     plain = QNetwork(6, dueling=False)
@@ -135,40 +117,6 @@ def test_rejects_bad_sizes() -> None:
         QNetwork(0)
     with pytest.raises(ValueError):
         QNetwork(3, frame_stack=0)
-
-
-def test_previous_action_input_shifts_the_hidden_layer_and_none_is_zero() -> None:
-    torch.manual_seed(0)
-    net = QNetwork(5, prev_action_input=True).eval()
-    obs = torch.randint(0, 256, (6, 4, 84, 84), dtype=torch.uint8)
-    none = torch.full((6,), 5)
-    # "none" is the zero row (a zero one-hot): the same as leaving the input out, and it stays zero.
-    assert torch.equal(net.prev_action.weight[5], torch.zeros(512))
-    torch.testing.assert_close(net(obs, none), net(obs))
-    q = net(obs, torch.tensor([0, 1, 2, 3, 4, 5]))
-    # Each previous action moves the Q-values of the same picture.
-    assert all(not torch.allclose(q[i], net(obs, none)[i]) for i in range(5))
-    # It is fc's pre-activation plus the action's column: the one-hot joined to the features.
-    linear = net.fc[0]
-    onehot = torch.nn.functional.one_hot(torch.tensor([2] * 6), 6)[:, :5].float()
-    joined = torch.cat([net.features(obs.float() / 255), onehot], 1)
-    weight = torch.cat([linear.weight, net.prev_action.weight[:5].T], 1)
-    torch.testing.assert_close(
-        torch.relu(joined @ weight.T + linear.bias),
-        net.fc[1](linear(net.features(obs.float() / 255)) + net.prev_action.weight[2]),
-    )
-    # A network without the input has no such parameters (old checkpoints keep their shape).
-    assert "prev_action.weight" not in QNetwork(5).state_dict()
-    assert "prev_action.weight" in net.state_dict()
-
-
-def test_previous_action_gets_gradients_except_none() -> None:
-    net = QNetwork(3, prev_action_input=True).train()
-    obs = torch.randint(0, 256, (8, 4, 84, 84), dtype=torch.uint8)
-    net(obs, torch.tensor([0, 1, 2, 3, 0, 1, 2, 3])).sum().backward()
-    grad = net.prev_action.weight.grad
-    assert grad is not None and bool((grad[:3].abs().sum(1) > 0).all())
-    assert torch.equal(grad[3], torch.zeros(512))
 
 
 @pytest.mark.parametrize("dueling", [True, False])

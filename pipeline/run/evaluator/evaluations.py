@@ -145,7 +145,7 @@ class Evaluations:
             return "no evaluator"
         if self.evaluator.finish(timeout_s, give_up):
             return "done"
-        return "skipped (Ctrl-C)" if give_up() else f"not finished within {timeout_s:g} s (eval_final_timeout_s)"
+        return "skipped (Ctrl-C)" if give_up() else f"not finished within {timeout_s:g} s"
 
     def stop(self, timeout_s: float = 10) -> None:
         if self.evaluator is not None:

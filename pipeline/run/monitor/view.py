@@ -75,7 +75,7 @@ def log_line(row: dict[str, float], status: str = "") -> str:
             f" | steady agree {steady('agreement'):.3f}"
             + (
                 f" (mean {steady('expected_agreement'):.3f}, train/train {steady('train_agreement'):.3f})"
-                # NaN with a single batching (steadiness_batchings=1): nothing to compare it with
+                # NaN with a single batching: nothing to compare it with
                 if not math.isnan(steady("train_agreement"))
                 else ""
             )

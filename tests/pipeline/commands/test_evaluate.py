@@ -301,8 +301,8 @@ def test_recalibrate_re_estimates_the_statistics_on_the_replays_states(tmp_path,
     assert not policy.model.training
 
     expected = load_policy(ckpt).model
-    obs, _ = ReplayMemory.load(replay).sample_states(64, torch.Generator().manual_seed(7))
-    recalibrate(expected, [(part, None) for part in obs.split(16)])
+    obs = ReplayMemory.load(replay).sample_states(64, torch.Generator().manual_seed(7))
+    recalibrate(expected, obs.split(16))
     got = policy.model.state_dict()
     for key, value in expected.state_dict().items():
         torch.testing.assert_close(got[key], value, msg=key)
@@ -331,6 +331,26 @@ def test_recalibrate_mistakes_are_one_clear_error(tmp_path):
 
 
 # ------------------------------------------------------------------------------ errors
+def test_a_checkpoint_of_a_removed_option_is_refused_and_one_at_todays_value_plays(tmp_path):
+    """Removed options at the value the code now always has load as before; another value
+    is refused in one line that names the option, its value and the tag."""
+    from config import RemovedOptionError
+    from pipeline.learning.checkpoint import load_checkpoint
+
+    ckpt, _ = make_checkpoint(tmp_path / "ckpt-000000001000.pt")
+    payload = load_checkpoint(ckpt)
+    payload["config"].update(prev_action_input=False, batch_norm=True, adam_eps=1.5e-4, bn_momentum=0.01)
+    save_checkpoint(ckpt, payload)
+    assert load_policy(ckpt).config.to_dict() == Config.from_dict(payload["config"]).to_dict()
+    payload["config"]["prev_action_input"] = True
+    save_checkpoint(ckpt, payload)
+    with pytest.raises(RemovedOptionError) as info:
+        eval_command(["--checkpoint", str(ckpt), "--episodes", "1"])
+    message = str(info.value)
+    assert "\n" not in message and str(ckpt) in message
+    assert "was trained with prev_action_input=True, an option removed after the tag pre-option-removal" in message
+
+
 def test_missing_checkpoint_is_one_clear_error(tmp_path):
     with pytest.raises(UserError, match="does not exist") as info:
         eval_command(["--checkpoint", str(tmp_path / "nope.pt")])

@@ -5,14 +5,12 @@ target copy and a publish."""
 
 from __future__ import annotations
 
-import copy
 from dataclasses import replace
 
 import torch
 from torch import nn
 
 from models import build_qnetwork
-from models.batch_renorm import BatchRenorm2d
 from pipeline.learning.batchnorm_stats import freeze_running_statistics, preserved_statistics, recalibrate
 from pipeline.learning.flat_state import StateLoader, flatten_state
 from pipeline.learning.learner import Learner
@@ -56,7 +54,7 @@ def test_recalibrate_averages_each_chunks_mean_and_unbiased_variance() -> None:
             expect2_mean.append(per_channel2.mean(1))
             expect2_var.append(per_channel2.var(1, unbiased=True))
     net.eval()
-    seen = recalibrate(net, ((x, None) for x in chunks))
+    seen = recalibrate(net, iter(chunks))
     assert seen == 15
     assert not net.training  # the mode is restored
     assert bn1.momentum == 0.1 and bn2.momentum == 0.1  # and the momenta
@@ -118,13 +116,13 @@ def batch_of(obs: torch.Tensor, seed: int, num_actions: int = NUM_ACTIONS) -> Ba
 
 class Draws:
     """Calibration states from one fixed distribution, a fresh draw each call: what the
-    trainer hands the learner (uniform replay states, without previous actions here)."""
+    trainer hands the learner (uniform replay states)."""
 
     def __init__(self, first_seed: int) -> None:
         self.seeds = iter(range(first_seed, first_seed + 10_000))
 
-    def __call__(self, learner: Learner) -> tuple[torch.Tensor, None]:
-        return states_like_replay(learner.calibration_count, next(self.seeds)), None
+    def __call__(self, learner: Learner) -> torch.Tensor:
+        return states_like_replay(learner.calibration_count, next(self.seeds))
 
 
 def make_learner(calibration_states: int) -> Learner:
@@ -161,7 +159,7 @@ def test_calibrate_sets_the_statistics_to_those_of_the_handed_states_activations
     assert learner.acting is not None
     learner.update(batch_of(states_like_replay(32, 1), 1))  # the acting copy's weights differ now
     obs = states_like_replay(64, 5)
-    assert learner.calibrate((obs, None))
+    assert learner.calibrate(obs)
     assert learner.calibrated_at == learner.updates == 1
     for net in (learner.online, learner.acting.net):
         with torch.no_grad():
@@ -172,13 +170,6 @@ def test_calibrate_sets_the_statistics_to_those_of_the_handed_states_activations
         torch.testing.assert_close(net.features[1].running_var, var, rtol=1e-4, atol=1e-5)
         assert net.features[1].momentum == 0.0  # frozen again after the calibration
     assert not torch.equal(learner.acting.net.features[1].running_mean, learner.online.features[1].running_mean)
-
-    # Without bn_calibration_states the statistics are a running average: nothing to do.
-    plain = Learner(NUM_ACTIONS, replace(settings, bn_calibration_states=0))
-    before = plain.online.features[1].running_mean.clone()
-    assert plain.calibration_count == 0
-    assert not plain.calibrate((obs, None))
-    assert torch.equal(plain.online.features[1].running_mean, before)
 
 
 # The tolerance the calibrated eval-mode forward keeps to the train-mode one on fresh states
@@ -225,14 +216,6 @@ def test_calibrated_eval_mode_matches_train_mode_and_survives_a_target_copy_and_
     assert mean_offset(learner, fresh) < TOLERANCE_OF_SPREAD * spread
 
 
-def test_without_calibration_the_running_statistics_follow_the_batches() -> None:
-    learner = make_learner(0)
-    before = learner.online.features[1].running_mean.clone()
-    learner.update(batch_of(states_like_replay(32, 0), 0))
-    assert not learner.calibrate((states_like_replay(32, 1), None))
-    assert not torch.equal(learner.online.features[1].running_mean, before)
-
-
 def test_a_target_copy_without_states_copies_the_statistics_as_they_are() -> None:
     learner = make_learner(512)
     learner.calibrate(Draws(10_000)(learner))
@@ -241,44 +224,3 @@ def test_a_target_copy_without_states_copies_the_statistics_as_they_are() -> Non
     assert learner.calibrated_at == 0 and learner.updates == 4
     for key, value in learner.target.state_dict().items():
         assert torch.equal(value, learner.online.state_dict()[key]), key
-
-
-def renorm_learner(*, compile: bool) -> Learner:
-    settings = LearnerSettings(compile=compile, amp=False, learning_rate=1e-3, target_sync_updates=1000)
-    torch.manual_seed(0)
-    return Learner(NUM_ACTIONS, replace(settings, bn_calibration_states=512, calibration_chunk=32, batch_renorm=True))
-
-
-def test_batch_renorm_trains_the_function_it_acts_with_compiled_as_eager() -> None:
-    """With Batch Renormalization the calibrated learner's train-mode Q-values are its
-    eval-mode ones (plain precise BN leaves the batch's noise, see the test above), and a
-    compiled learner, compiled before the calibration switched renormalisation on,
-    updates as the eager one does."""
-    compiled, eager, draws = renorm_learner(compile=True), renorm_learner(compile=False), Draws(30_000)
-    compiled.warmup(batch_size=32)
-    assert compiled.compiled
-    for step in range(3):
-        compiled.update(batch_of(states_like_replay(32, step), step))
-    assert compiled.calibrate(draws(compiled))
-    fresh = states_like_replay(256, 99)
-    spread = float(eval_q(compiled.online, fresh).std())
-    assert mean_offset(compiled, fresh) < 1e-3 * spread  # frozen statistics: unclipped, equal
-
-    eager.load_state_dict(copy.deepcopy(compiled.state_dict()))
-    eager.calibrate(draws(eager))  # the same weights and a calibration of its own turn it on there too
-    for layer in eager.online.modules():
-        if isinstance(layer, BatchRenorm2d):
-            assert layer.renormalising
-    eager.online.load_state_dict(compiled.online.state_dict())  # the same statistics
-    batch = batch_of(states_like_replay(32, 11), 11)
-    compiled.update(batch)
-    eager.update(batch)
-    for a, b in zip(eager.online.parameters(), compiled.online.parameters(), strict=True):
-        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
-    # Renormalised, the update differs from plain BatchNorm's on the same batch.
-    plain = make_learner(512)
-    plain.load_state_dict(copy.deepcopy(compiled.state_dict()))
-    plain.online.load_state_dict(eager.online.state_dict())
-    eager.update(batch)
-    plain.update(batch)
-    assert not torch.allclose(eager.online.fc[0].weight, plain.online.fc[0].weight, atol=1e-6)

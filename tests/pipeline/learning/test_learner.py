@@ -1,5 +1,5 @@
 """Tests for pipeline.learning.learner (and the dqn_loss functions and compiled step it
-runs): Double-DQN loss, masking, grad accumulation, target sync, warmup restore, compile
+runs): Double-DQN loss, masking, target sync with precise BN, warmup restore, compile
 (and its fallback), AMP, metrics and published weights."""
 
 from __future__ import annotations
@@ -36,9 +36,6 @@ def make_batch(size: int = 8, seed: int = 0, valid: int | None = None) -> Batch:
         # Mix of bootstrapped (gamma**k) and terminal (0) transitions.
         discount=torch.where(torch.arange(size) % 3 == 0, 0.0, 0.99**3),
         weight=weight,
-        # NUM_ACTIONS is "none" (an episode's first step).
-        prev_action=torch.randint(0, NUM_ACTIONS + 1, (size,), generator=gen),
-        next_prev_action=torch.randint(0, NUM_ACTIONS + 1, (size,), generator=gen),
     )
 
 
@@ -52,11 +49,9 @@ def loss_of(learner: Learner, batch: Batch) -> torch.Tensor:
     """The full-batch masked Huber loss an update minimises, with its autograd graph, from
     the functions the learner's step runs (compiled once it compiled). Like an update, the
     train-mode forward advances the online net's BatchNorm running statistics."""
-    obs, action, ret, next_obs, discount, weight, prev, next_prev = batch_to_device(
-        batch, learner.device, learner.num_actions
-    )
-    target = targets(learner.online, learner.step.targets, next_obs, next_prev, ret, discount, obs, prev, action)
-    loss, _, _ = learner.step.loss(obs, prev, action, target, weight, weight.sum().clamp(min=1.0))
+    obs, action, ret, next_obs, discount, weight = batch_to_device(batch, learner.device)
+    target = targets(learner.online, learner.step.targets, next_obs, ret, discount)
+    loss, _, _ = learner.step.loss(obs, action, target, weight)
     return loss
 
 
@@ -91,13 +86,13 @@ def reference_target_and_q(online: nn.Module, target: nn.Module, batch: Batch) -
     """Double-DQN targets and Q(s, a) (train-mode forward) computed by hand."""
     online.eval()
     with torch.no_grad():
-        next_online = online(batch.next_obs, batch.next_prev_action)
-        next_target = target.eval()(batch.next_obs, batch.next_prev_action)
+        next_online = online(batch.next_obs)
+        next_target = target.eval()(batch.next_obs)
         best = next_online.argmax(dim=1)
         bootstrap = next_target[torch.arange(len(best)), best]
         y = batch.ret + batch.discount * bootstrap
     online.train()
-    q = online(batch.obs, batch.prev_action)[torch.arange(len(batch.action)), batch.action]
+    q = online(batch.obs)[torch.arange(len(batch.action)), batch.action]
     return y, q
 
 
@@ -111,9 +106,8 @@ def perturb(module: nn.Module, seed: int) -> None:
 # ---------------------------------------------------------------------------- loss
 
 
-@pytest.mark.parametrize(("prev_action_input", "batch_norm"), [(False, True), (True, True), (False, False)])
-def test_double_dqn_loss_matches_hand_computation(prev_action_input: bool, batch_norm: bool) -> None:
-    learner = make_learner(prev_action_input=prev_action_input, batch_norm=batch_norm)
+def test_double_dqn_loss_matches_hand_computation() -> None:
+    learner = make_learner()
     # Make the target differ from the online net so Double DQN != using either alone.
     perturb(learner.target, seed=1)
     batch = make_batch(size=6, valid=5)
@@ -126,45 +120,19 @@ def test_double_dqn_loss_matches_hand_computation(prev_action_input: bool, batch
     # Sanity: the vanilla-DQN target (max over the target net) gives another value, so
     # the check above really distinguishes the Double-DQN action selection.
     with torch.no_grad():
-        vanilla_y = batch.ret + batch.discount * target_copy(batch.next_obs, batch.next_prev_action).max(dim=1).values
-    q = online_copy.train()(batch.obs, batch.prev_action)[torch.arange(6), batch.action]
+        vanilla_y = batch.ret + batch.discount * target_copy(batch.next_obs).max(dim=1).values
+    q = online_copy.train()(batch.obs)[torch.arange(6), batch.action]
     vanilla = (batch.weight * huber(vanilla_y - q)).sum() / batch.weight.sum()
     assert not torch.allclose(vanilla, expected)
 
 
-def test_advantage_learning_lowers_each_action_by_alpha_times_its_gap() -> None:
-    alpha = 0.9
-    learner = make_learner(advantage_learning=alpha)
-    perturb(learner.target, seed=1)
-    batch = make_batch(size=6, valid=5)
-    online_copy, target_copy = copy.deepcopy(learner.online), copy.deepcopy(learner.target)
-    with torch.no_grad():
-        q_state = target_copy.eval()(batch.obs, batch.prev_action)
-    best = q_state.argmax(dim=1)
-    # The first sample takes the target net's best action, the others another one.
-    batch.action = torch.cat((best[:1], (best[1:] + 1) % NUM_ACTIONS))
-    gap = q_state.max(dim=1).values - q_state[torch.arange(6), batch.action]
-    assert gap[0] == 0 and (gap[1:] > 0).all()
-
-    y, q = reference_target_and_q(online_copy, target_copy, batch)
-    expected = (batch.weight * huber(y - alpha * gap - q)).sum() / batch.weight.sum()
-    torch.testing.assert_close(loss_of(learner, batch), expected, rtol=1e-5, atol=1e-6)
-    # Without the term the loss differs: the check above sees the gaps.
-    plain = (batch.weight * huber(y - q)).sum() / batch.weight.sum()
-    assert not torch.allclose(plain, expected)
-
-
-@pytest.mark.parametrize("grad_accum", [1, 2])
-def test_update_returns_each_samples_td_error(grad_accum: int) -> None:
+def test_update_returns_each_samples_td_error() -> None:
     """The priorities a prioritized replay gets: |target - Q(s, a)| per sample, before the step."""
-    learner = make_learner(grad_accum=grad_accum)
+    learner = make_learner()
     perturb(learner.target, seed=2)
     batch = make_batch(size=8, valid=6)
     online_copy, target_copy = copy.deepcopy(learner.online), copy.deepcopy(learner.target)
     y, q = reference_target_and_q(online_copy, target_copy, batch)
-    if grad_accum == 2:  # BatchNorm normalises each micro-batch with its own statistics
-        halves = (slice(0, 4), slice(4, 8))
-        q = torch.cat([online_copy.train()(batch.obs[h])[torch.arange(4), batch.action[h]] for h in halves])
     td = learner.update(batch)
     assert td.shape == (8,) and td.dtype == torch.float32 and not td.requires_grad
     torch.testing.assert_close(td, (y - q).detach().abs(), rtol=1e-5, atol=1e-5)
@@ -206,71 +174,38 @@ def test_all_invalid_batch_gives_zero_loss() -> None:
     assert loss_of(learner, batch).item() == 0.0
 
 
-def test_grad_accum_matches_manual_two_micro_batch_step() -> None:
-    batch = make_batch(size=8, valid=7)
-    accum = make_learner(grad_accum=2)
-    reference = make_learner()
-    reference.load_state_dict(copy.deepcopy(accum.state_dict()))
-    perturb(accum.target, seed=2)
-    reference.target.load_state_dict(accum.target.state_dict())
-
-    accum.update(batch)
-
-    # Manual: all targets first (eval mode), then two train-mode micro-batches of 4,
-    # each normalised by the full batch's weight sum, gradients summed, then one step.
-    net, tgt, opt = reference.online, reference.target, reference.optimizer
-    net.eval()
-    with torch.no_grad():
-        best = net(batch.next_obs).argmax(dim=1)
-        y = batch.ret + batch.discount * tgt(batch.next_obs)[torch.arange(8), best]
-    net.train()
-    opt.zero_grad()
-    denom = batch.weight.sum()
-    for half in (slice(0, 4), slice(4, 8)):
-        q = net(batch.obs[half])[torch.arange(4), batch.action[half]]
-        ((batch.weight[half] * huber(y[half] - q)).sum() / denom).backward()
-    nn.utils.clip_grad_norm_(net.parameters(), reference.settings.grad_clip)
-    opt.step()
-
-    for (name, p_acc), p_ref in zip(accum.online.named_parameters(), net.parameters()):
-        torch.testing.assert_close(p_acc, p_ref, rtol=1e-5, atol=1e-6, msg=name)
-    # BatchNorm statistics advance once per micro-batch in both.
-    for (name, b_acc), b_ref in zip(accum.online.named_buffers(), net.buffers()):
-        torch.testing.assert_close(b_acc, b_ref, rtol=1e-5, atol=1e-6, msg=name)
-
-
-def test_grad_accum_equals_full_batch_for_duplicated_halves() -> None:
-    # With identical halves, BatchNorm batch statistics of a micro-batch equal those of
-    # the full batch, so accumulation must reproduce the single full-batch step.
-    half = make_batch(size=4)
-    batch = Batch(*(torch.cat([getattr(half, f)] * 2) for f in Batch.__dataclass_fields__))
-    full, accum = make_learner(), make_learner(grad_accum=2)
-    full.update(batch)
-    accum.update(batch)
-    # Summation order differs with the thread count (3e-6 apart on one thread, 1e-6 on two);
-    # Adam's step here is 1e-3, so 1e-5 still tells a right accumulation from a wrong one.
-    for (name, p_full), p_acc in zip(full.online.named_parameters(), accum.online.parameters()):
-        torch.testing.assert_close(p_full, p_acc, rtol=1e-4, atol=1e-5, msg=name)
-
-
 # ---------------------------------------------------------------------------- target net
 
 
-def test_target_sync_copies_parameters_and_batchnorm_buffers() -> None:
-    learner = make_learner(target_sync_updates=2)
+def test_target_sync_calibrates_then_copies_parameters_and_batchnorm_buffers() -> None:
+    learner = make_learner(target_sync_updates=2, bn_calibration_states=64, calibration_chunk=32)
+    states = make_batch(size=64, seed=7).obs
     batch = make_batch(size=4)
+    initial_mean = learner.online.state_dict()["features.1.running_mean"].clone()
     learner.update(batch)
     online, target = learner.online.state_dict(), learner.target.state_dict()
-    # After one update the running statistics differ: no sync yet.
-    assert not torch.equal(online["features.1.running_mean"], target["features.1.running_mean"])
-    learner.update(batch)
+    # Between calibrations the training forwards leave the running statistics alone.
+    assert torch.equal(online["features.1.running_mean"], initial_mean)
+    assert not torch.equal(online["features.0.weight"], target["features.0.weight"])  # no sync yet
+    assert learner.copies_target_next
+    learner.update(batch, states)  # the update that copies gets the calibration states
     online, target = learner.online.state_dict(), learner.target.state_dict()
+    # The sync re-estimated the statistics on the 64 states (two chunks of 32), then copied.
+    assert not torch.equal(online["features.1.running_mean"], initial_mean)
+    assert int(online["features.1.num_batches_tracked"]) == 2
     assert online.keys() == target.keys()
     for key in online:
         assert torch.equal(online[key], target[key]), key
-    assert int(target["features.1.num_batches_tracked"]) == 2
+    assert learner.calibrated_at == 2
     assert not learner.target.training
     assert learner.online.training
+
+
+def test_precise_bn_is_the_only_path() -> None:
+    with pytest.raises(ValueError, match="bn_calibration_states"):
+        make_learner(bn_calibration_states=0)
+    learner = make_learner()
+    assert all(layer.momentum == 0.0 for layer in learner.online.modules() if isinstance(layer, nn.BatchNorm2d))
 
 
 # ---------------------------------------------------------------------------- warmup
@@ -344,14 +279,9 @@ def test_compiled_step_puts_the_state_back_and_runs_eager_after_a_failed_compile
 
 # Inductor itself triggers torch.jit deprecation warnings while compiling; not ours.
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")
-@pytest.mark.parametrize(
-    ("prev_action_input", "advantage_learning", "batch_norm"),
-    [(False, 0.0, True), (True, 0.0, True), (False, 0.9, True), (False, 0.0, False)],
-)
-def test_compiled_loss_matches_eager(prev_action_input: bool, advantage_learning: float, batch_norm: bool) -> None:
-    options = dict(prev_action_input=prev_action_input, advantage_learning=advantage_learning, batch_norm=batch_norm)
-    compiled = make_learner(compile=True, **options)
-    eager = make_learner(**options)
+def test_compiled_loss_matches_eager() -> None:
+    compiled = make_learner(compile=True)
+    eager = make_learner()
     compiled.warmup(batch_size=4)
     assert compiled.compiled is True
     eager.load_state_dict(copy.deepcopy(compiled.state_dict()))
@@ -388,13 +318,13 @@ def test_amp_targets_are_computed_in_float32() -> None:
     amp.online.load_state_dict(fp32.online.state_dict())
     perturb(amp.target, seed=3)
     fp32.target.load_state_dict(amp.target.state_dict())
-    obs, action, ret, next_obs, discount, weight, prev, next_prev = batch_to_device(batch, amp.device, NUM_ACTIONS)
-    expected = targets(fp32.online, fp32.step.targets, next_obs, next_prev, ret, discount, obs, prev, action)
-    got = targets(amp.online, amp.step.targets, next_obs, next_prev, ret, discount, obs, prev, action)
+    obs, action, ret, next_obs, discount, weight = batch_to_device(batch, amp.device)
+    expected = targets(fp32.online, fp32.step.targets, next_obs, ret, discount)
+    got = targets(amp.online, amp.step.targets, next_obs, ret, discount)
     assert got.dtype == torch.float32
     assert torch.equal(got, expected)
-    loss_amp, _, _ = amp.step.loss(obs, prev, action, got, weight, weight.sum())
-    loss_fp32, _, _ = fp32.step.loss(obs, prev, action, got, weight, weight.sum())
+    loss_amp, _, _ = amp.step.loss(obs, action, got, weight)
+    loss_fp32, _, _ = fp32.step.loss(obs, action, got, weight)
     assert loss_amp.item() != loss_fp32.item()  # the loss's forward is the part in bf16
 
 
@@ -444,22 +374,3 @@ def test_state_dict_round_trip_resumes_identically() -> None:
     a.update(batch)
     b.update(batch)
     assert state_equal(a.state_dict()["online"], b.state_dict()["online"])
-
-
-def test_previous_actions_reach_the_loss_and_a_batch_without_them_means_none() -> None:
-    learner = make_learner(prev_action_input=True)
-    batch = make_batch(size=6)
-    with_prev = loss_of(learner, batch)
-    none = torch.full((6,), NUM_ACTIONS)
-    stripped = Batch(batch.obs, batch.action, batch.ret, batch.next_obs, batch.discount, batch.weight)
-    explicit_none = Batch(
-        batch.obs, batch.action, batch.ret, batch.next_obs, batch.discount, batch.weight, none, none.clone()
-    )
-    # BatchNorm's running statistics move with every train-mode forward: compare fresh copies.
-    a, b = make_learner(prev_action_input=True), make_learner(prev_action_input=True)
-    torch.testing.assert_close(loss_of(a, stripped), loss_of(b, explicit_none))
-    assert not torch.allclose(with_prev, loss_of(make_learner(prev_action_input=True), explicit_none))
-    before = learner.online.prev_action.weight.detach().clone()
-    learner.update(batch)
-    assert not torch.equal(before[:NUM_ACTIONS], learner.online.prev_action.weight[:NUM_ACTIONS])
-    assert torch.equal(learner.online.prev_action.weight[NUM_ACTIONS], torch.zeros(512))  # none stays zero

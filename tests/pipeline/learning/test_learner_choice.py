@@ -85,9 +85,8 @@ def test_a_real_measurement_of_eager_fp32_and_bf16(private_cache):
     assert choice.variant == best or choice.updates_per_s["eager_amp"] <= choice.updates_per_s["eager"] * LC.MARGIN
 
 
-def test_an_extra_variant_is_timed_with_its_own_settings(monkeypatch):
-    """``overrides`` adds a variant (the bench's Batch Renormalization row) timed in the
-    same rounds, built with its settings over the run's."""
+def test_each_variant_is_timed_with_its_own_precision_over_the_runs_settings(monkeypatch):
+    """Every variant's learner is built with the run's settings and its own compile/amp."""
     from pipeline.learning import learner as learner_module
     from pipeline.learning import learner_speed
 
@@ -99,16 +98,11 @@ def test_an_extra_variant_is_timed_with_its_own_settings(monkeypatch):
             built[len(built)] = settings
 
     monkeypatch.setattr(learner_module, "Learner", SpyLearner)
-    spec = learner_speed.learner_spec(
-        catch(compile="off", amp="off"),
-        "cpu",
-        variants=["eager", "eager_renorm"],
-        rounds=1,
-        seconds_per_variant=0.2,
-        overrides={"eager_renorm": {"compile": False, "amp": False, "batch_renorm": True}},
-    )
+    cfg = catch(compile="off", amp="off", learning_rate=3e-4)
+    spec = learner_speed.learner_spec(cfg, "cpu", variants=["eager", "eager_amp"], rounds=1, seconds_per_variant=0.2)
     out = learner_speed._measure_learners(spec)
-    assert out["eager_updates_per_s"] > 0 and out["eager_renorm_updates_per_s"] > 0
-    assert [s.batch_renorm for s in built.values()] == [False, True]
+    assert out["eager_updates_per_s"] > 0 and out["eager_amp_updates_per_s"] > 0
+    assert [(s.compile, s.amp) for s in built.values()] == [(False, False), (False, True)]
+    assert all(s.learning_rate == 3e-4 for s in built.values())
     with pytest.raises(ValueError, match="unknown learner variant"):
         learner_speed.learner_spec(catch(), "cpu", variants=["renorm"], rounds=1, seconds_per_variant=0.2)

@@ -23,8 +23,6 @@ from pipeline.transport.records import (
 
 # ---------------------------------------------------------------------------- helpers
 
-NO_ACTION = 255  # a memory's "no previous action" by default (its num_actions)
-
 
 def encode_frames(ids: np.ndarray) -> np.ndarray:
     """Frames whose pixels identify them: bytes 0..2 of row 0 hold the id, the rest id & 255."""
@@ -111,12 +109,6 @@ def reference(hist, t: int, cap: int, S: int, n: int, gamma: float):
             return None
         return [hist[q][0] for q in pos]
 
-    def previous_action(p: int):
-        """The action before the stack ending at p: NO_ACTION at a START, None if overwritten."""
-        if flags[p] & FLAG_START:
-            return NO_ACTION
-        return hist[p - 1][2] if p - 1 >= oldest else None
-
     # Walk t's episode forward through the written data until it ends.
     steps = 0
     p = t
@@ -157,11 +149,10 @@ def reference(hist, t: int, cap: int, S: int, n: int, gamma: float):
 
     obs = stack(t)
     next_ids = stack(nxt)
-    prev, next_prev = previous_action(t), previous_action(nxt)
-    if obs is None or next_ids is None or prev is None or next_prev is None:
+    if obs is None or next_ids is None:
         return None
     ret = sum(gamma**j * hist[t + j][1] for j in range(k))
-    return dict(obs=obs, action=hist[t][2], ret=ret, next=next_ids, discount=disc, prev=prev, next_prev=next_prev)
+    return dict(obs=obs, action=hist[t][2], ret=ret, next=next_ids, discount=disc)
 
 
 def episode_of_ids(streams) -> dict[int, tuple[int, int]]:
@@ -182,9 +173,7 @@ def check_batch(mem: ReplayMemory, hists, cap, S, n, gamma, batch, index, ep_of)
     B = len(stream)
     assert batch.obs.shape == (B, S, 84, 84) and batch.obs.dtype == torch.uint8
     assert batch.next_obs.shape == (B, S, 84, 84) and batch.next_obs.dtype == torch.uint8
-    for name in ("action", "prev_action", "next_prev_action"):
-        t = getattr(batch, name)
-        assert t.dtype == torch.int64 and t.shape == (B,), name
+    assert batch.action.dtype == torch.int64 and batch.action.shape == (B,)
     for name in ("ret", "discount", "weight"):
         t = getattr(batch, name)
         assert t.dtype == torch.float32 and t.shape == (B,), name
@@ -207,7 +196,6 @@ def check_batch(mem: ReplayMemory, hists, cap, S, n, gamma, batch, index, ep_of)
         assert obs_ids[i].tolist() == ref["obs"]
         assert next_ids[i].tolist() == ref["next"]
         assert action[i] == ref["action"]
-        assert batch.prev_action[i] == ref["prev"] and batch.next_prev_action[i] == ref["next_prev"]
         assert math.isclose(ret[i], ref["ret"], rel_tol=1e-5, abs_tol=1e-5)
         assert math.isclose(disc[i], ref["discount"], rel_tol=1e-6, abs_tol=1e-7)
         # A stack never mixes episodes; obs and next_obs come from the same episode.

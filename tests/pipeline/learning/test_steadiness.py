@@ -60,7 +60,7 @@ def hand_train_q_in_order(net: nn.Sequential, x: torch.Tensor, order: torch.Tens
 def test_each_figure_matches_a_hand_computation() -> None:
     net = small_net()
     x = torch.randn(12, FEATURES, generator=torch.Generator().manual_seed(3)) * 2 + 0.5
-    probe = SteadinessProbe(x, None, CHUNK)
+    probe = SteadinessProbe(x, CHUNK)
     q_eval, q_train = hand_figures(net, x)
     before = {k: v.clone() for k, v in net.state_dict().items()}
 
@@ -92,7 +92,7 @@ def test_each_figure_matches_a_hand_computation() -> None:
 def test_further_batchings_match_a_hand_computation() -> None:
     net = small_net()
     x = torch.randn(16, FEATURES, generator=torch.Generator().manual_seed(5)) * 2 + 0.5
-    probe = SteadinessProbe(x, None, CHUNK, batchings=3, seed=11)
+    probe = SteadinessProbe(x, CHUNK, batchings=3, seed=11)
     assert probe.batchings == 3
     assert torch.equal(probe.orders[0], torch.arange(16))
     for order in probe.orders[1:]:  # permutations of the states, each another batching
@@ -113,46 +113,20 @@ def test_further_batchings_match_a_hand_computation() -> None:
     assert 0 < train_agreement < 1  # batch noise flips some states' greedy action
     assert figures.train_agreement == pytest.approx(train_agreement)
     # The same seed gives the same batchings; one batching measures neither new figure.
-    assert all(
-        torch.equal(a, b) for a, b in zip(SteadinessProbe(x, None, CHUNK, batchings=3, seed=11).orders, probe.orders)
-    )
-    single = SteadinessProbe(x, None, CHUNK).measure(net)
+    assert all(torch.equal(a, b) for a, b in zip(SteadinessProbe(x, CHUNK, batchings=3, seed=11).orders, probe.orders))
+    single = SteadinessProbe(x, CHUNK).measure(net)
     assert math.isnan(single.expected_agreement) and math.isnan(single.train_agreement)
     assert single.agreement == figures.agreement
-
-
-def test_the_previous_action_follows_its_state_into_another_batching() -> None:
-    class Echo(nn.Module):
-        def forward(self, obs: torch.Tensor, prev: torch.Tensor) -> torch.Tensor:
-            return nn.functional.one_hot(prev, ACTIONS).float() + 0 * obs.sum(1, keepdim=True)
-
-    prev = torch.tensor([0, 1, 2, 3, 2, 1, 0, 3])
-    probe = SteadinessProbe(torch.zeros(8, FEATURES), prev, chunk=4, batchings=2, seed=3)
-    assert torch.equal(probe.train_q(Echo(), 1).argmax(1), prev)
 
 
 def test_a_network_without_batchnorm_agrees_with_itself() -> None:
     torch.manual_seed(0)
     net = nn.Sequential(nn.Linear(FEATURES, 6), nn.ReLU(), nn.Linear(6, ACTIONS))
     x = torch.randn(10, FEATURES)
-    figures = SteadinessProbe(x, None, CHUNK, batchings=2).measure(net)
+    figures = SteadinessProbe(x, CHUNK, batchings=2).measure(net)
     assert figures.agreement == figures.expected_agreement == figures.train_agreement == 1.0
     assert figures.q_offset == 0.0
     assert figures.action_gap > 0
-
-
-def test_the_previous_action_reaches_the_network_chunk_by_chunk() -> None:
-    class Echo(nn.Module):
-        """Q-values that are a one-hot of the previous action: the greedy action is it."""
-
-        def forward(self, obs: torch.Tensor, prev: torch.Tensor) -> torch.Tensor:
-            return nn.functional.one_hot(prev, ACTIONS).float() + 0 * obs.sum(1, keepdim=True)
-
-    x = torch.zeros(6, FEATURES)
-    prev = torch.tensor([0, 1, 2, 3, 2, 1])
-    probe = SteadinessProbe(x, prev, chunk=4)
-    assert torch.equal(probe.train_q(Echo()).argmax(1), prev)
-    assert torch.equal(probe.eval_q(Echo()).argmax(1), prev)
 
 
 def test_gauges_and_bad_arguments() -> None:
@@ -170,8 +144,8 @@ def test_gauges_and_bad_arguments() -> None:
     assert set(gauges) == set(STEADINESS_GAUGES)
     assert all(math.isnan(v) for v in gauges.values())
     with pytest.raises(ValueError, match="at least 2 states"):
-        SteadinessProbe(torch.zeros(1, FEATURES), None, CHUNK)
+        SteadinessProbe(torch.zeros(1, FEATURES), CHUNK)
     with pytest.raises(ValueError, match="chunk"):
-        SteadinessProbe(torch.zeros(4, FEATURES), None, 0)
+        SteadinessProbe(torch.zeros(4, FEATURES), 0)
     with pytest.raises(ValueError, match="batchings"):
-        SteadinessProbe(torch.zeros(4, FEATURES), None, CHUNK, batchings=0)
+        SteadinessProbe(torch.zeros(4, FEATURES), CHUNK, batchings=0)

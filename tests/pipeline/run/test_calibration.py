@@ -23,7 +23,7 @@ SETTINGS = LearnerSettings(
 
 def replay_with(records: int) -> ReplayMemory:
     """A one-stream replay memory holding ``records`` random steps of one episode."""
-    replay = ReplayMemory(1024, 1, frame_stack=4, n_step=3, gamma=0.99, seed=0, num_actions=NUM_ACTIONS)
+    replay = ReplayMemory(1024, 1, frame_stack=4, n_step=3, gamma=0.99, seed=0)
     if records:
         rng = np.random.default_rng(0)
         steps = empty_records(records)
@@ -79,7 +79,5 @@ def test_the_update_that_copies_the_target_gets_states_and_calibrates_before_the
         assert torch.equal(value, net.online.state_dict()[key]), key
     assert not calibration.calibrate()  # already at this update count
 
-    plain = Calibration(learner(bn_calibration_states=0), replay, seed=5, min_replay=32)
-    assert plain.for_next_update() is None and not plain.calibrate()
     averaged = Calibration(learner(target_tau=0.01), replay, seed=5, min_replay=32)
     assert not averaged.learner.copies_target_next  # a moving-average target is never copied

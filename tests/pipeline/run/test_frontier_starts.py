@@ -13,13 +13,10 @@ from __future__ import annotations
 
 import time
 
-import gymnasium
 import numpy as np
-import pytest
 
 from config import Config
 from envs import make_env
-from envs.wrappers import Grayscale, Resize
 from pipeline.learning.frontier import EpisodeTrace, FrontierArchive, stage_signature
 from pipeline.learning.policy import network_of
 from pipeline.transport import episodes as episode_channel
@@ -78,26 +75,11 @@ def split_episodes(records: np.ndarray) -> list[np.ndarray]:
     return [records[start : final + 1] for start, final in zip(starts, finals, strict=False)]
 
 
-def restored_frame(env: gymnasium.Env) -> np.ndarray:
-    """The observation a reset to a kept point gives: its last frame alone, preprocessed (a
-    step's observation is the max over its last two frames)."""
-    frame = env.unwrapped.last_rgb
-    wrappers = []
-    while isinstance(env, gymnasium.Wrapper):
-        wrappers.append(env)
-        env = env.env
-    for wrapper in reversed(wrappers):
-        if isinstance(wrapper, (Grayscale, Resize)):
-            frame = wrapper.observation(frame)
-    return frame
-
-
-@pytest.mark.parametrize("point_episodes", [1, 3])
-def test_a_collector_returns_to_its_furthest_trajectory(tmp_path, point_episodes: int) -> None:
-    """By replay for every frontier start (1), or a kept point restored twice more (3)."""
+def test_a_collector_returns_to_its_furthest_trajectory(tmp_path) -> None:
+    """By replaying the trajectory's prefix for every frontier start."""
     # Short episodes, so that many end (and offer their trajectories) within the test.
     cfg = Config(envs_per_collector=1, ring_capacity=256, no_progress_steps=40, max_episode_steps=250, seed=11)
-    cfg.frontier_start_share, cfg.frontier_point_episodes = 0.5, point_episodes
+    cfg.frontier_start_share = 0.5
     kept = tmp_path / "frontier" / "collector-0.npz"
     records, summaries, replayed_frames = collect(cfg, str(tmp_path / "collector.log"), str(kept))
     episodes = split_episodes(records)[: len(summaries)]
@@ -107,26 +89,20 @@ def test_a_collector_returns_to_its_furthest_trajectory(tmp_path, point_episodes
     env = make_env(cfg.env_id, **cfg.env_kwargs())
     archive = FrontierArchive(0.5, np.random.default_rng(0))  # only offer() is used: the test's replica
     trace = EpisodeTrace(cfg.max_episode_steps)
-    point: np.ndarray = np.zeros(0, np.int16)  # the prefix to the env's kept point
-    new_point_steps: list[int] = []  # steps replayed for each new point
+    replayed: list[int] = []  # steps replayed for each frontier start
     level_start_x = frontier_start_x = 0
     try:
         for episode, summary in zip(episodes, summaries):
             steps = summary.replayed_steps
+            assert steps <= len(archive.actions)  # a prefix of today's trajectory
+            prefix = archive.actions[:steps].copy()
             if steps:
-                frontier_starts = sum(s.replayed_steps > 0 for s in summaries[: summaries.index(summary)])
-                if frontier_starts % point_episodes == 0:  # a new point, on today's trajectory
-                    assert steps <= len(archive.actions)
-                    point = archive.actions[:steps].copy()
-                    new_point_steps.append(steps)
-                assert steps == len(point)  # a kept point is used as it was made
+                replayed.append(steps)
             obs, info = env.reset()
             trace.clear()
-            for action in point[:steps].tolist():
+            for action in prefix.tolist():
                 obs, _, _, _, info = env.step(action)
                 trace.append(action, info["x_pos"])
-            if steps and point_episodes > 1:
-                obs = restored_frame(env)
             np.testing.assert_array_equal(obs, episode[0]["frame"])  # the START the collector wrote
             if steps:
                 frontier_start_x = max(frontier_start_x, info["x_pos"])
@@ -147,14 +123,10 @@ def test_a_collector_returns_to_its_furthest_trajectory(tmp_path, point_episodes
     assert frontier_start_x > level_start_x > 0  # some episode started well into the level
     log = tmp_path / "collector.log"
     assert "ended the episode" not in (log.read_text() if log.exists() else "")  # every return reached a live state
-    # Every replayed step of a new point cost frame_skip frames, and every new point after the
-    # first a start screen (~220 frames) when points are kept; the episode running at the stop
-    # may add one more point, drawn from the trajectory every finished episode had offered.
-    replay_frames = cfg.frame_skip * sum(new_point_steps)
-    start_screens = 300 * len(new_point_steps) if point_episodes > 1 else 0
-    assert replay_frames <= replayed_frames <= replay_frames + cfg.frame_skip * len(archive.actions) + start_screens
-    if point_episodes > 1:
-        assert len(new_point_steps) < len(frontier)  # some points were used again, for nothing
+    # Every replayed step cost frame_skip frames; the episode running at the stop may add one
+    # more replay, drawn from the trajectory every finished episode had offered.
+    replay_frames = cfg.frame_skip * sum(replayed)
+    assert replay_frames <= replayed_frames <= replay_frames + cfg.frame_skip * len(archive.actions)
     # The collector kept its trajectory on disk: a collector started again (restarted, or
     # the run resumed) carries on from the one every finished episode had offered.
     reloaded = FrontierArchive(

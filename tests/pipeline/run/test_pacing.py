@@ -7,7 +7,7 @@ import math
 import pytest
 
 from config import Config
-from pipeline.run.pacing import RateLimiter, epsilon_at, priority_beta_at
+from pipeline.run.pacing import PRIORITY_BETA_FRAMES, PRIORITY_BETA_START, RateLimiter, epsilon_at, priority_beta_at
 
 
 def test_epsilon_decays_linearly_over_frames_then_stays():
@@ -27,10 +27,10 @@ def test_exponential_epsilon_falls_by_its_time_constant_to_the_floor():
 
 
 def test_priority_beta_anneals_linearly_to_one_then_stays():
-    cfg = Config(priority_beta_start=0.4, priority_beta_frames=1000)
-    assert priority_beta_at(cfg, 0) == pytest.approx(0.4)
-    assert priority_beta_at(cfg, 500) == pytest.approx(0.7)
-    assert priority_beta_at(cfg, 1000) == priority_beta_at(cfg, 10**9) == pytest.approx(1.0)
+    assert (PRIORITY_BETA_START, PRIORITY_BETA_FRAMES) == (0.4, 2_000_000)
+    assert priority_beta_at(0) == pytest.approx(0.4)
+    assert priority_beta_at(1_000_000) == pytest.approx(0.7)
+    assert priority_beta_at(2_000_000) == priority_beta_at(10**9) == pytest.approx(1.0)
 
 
 def test_limiter_holds_the_ratio_in_both_directions():

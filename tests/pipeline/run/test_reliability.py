@@ -22,6 +22,7 @@ import psutil
 import pytest
 
 from pipeline.learning.checkpoint import load_checkpoint
+from pipeline.run.run_checkpoints import KEEP_CHECKPOINTS
 from pipeline.transport.segments import project_segments, run_tag
 from tests.conftest import wait_until
 from tests.pipeline.producers import attached_ring
@@ -230,7 +231,7 @@ def test_checkpoints_rotate_and_best_is_kept(tmp_path):
     assert proc.returncode == 0, output[-3000:]
     names = sorted(p.name for p in (run / "checkpoints").iterdir())
     periodic = [n for n in names if n.startswith("ckpt-")]
-    assert len(periodic) == 3, names  # keep_checkpoints
+    assert len(periodic) == KEEP_CHECKPOINTS == 3, names
     assert "best.pt" in names
     assert not [n for n in names if n.endswith(".tmp")]
 

@@ -28,7 +28,7 @@ from pipeline.learning.learner_settings import LearnerSettings
 from pipeline.run.interrupts import StartupInterrupts
 from pipeline.run.monitor.keys import COUNTER_KEYS
 from pipeline.run.run_checkpoints import checkpoint_payload
-from pipeline.run.startup import network_mismatch, save_replay, saved_replay_problem
+from pipeline.run.startup import check_resume, network_mismatch, save_replay, saved_replay_problem
 from pipeline.run.write_failures import WriteFailures
 from pipeline.transport.segments import project_segments, run_tag
 from tests.pipeline.run.test_startup import filled_replay
@@ -222,7 +222,7 @@ def test_ctrl_c_during_the_final_evaluation_skips_it_and_keeps_the_final_checkpo
             sys.executable,
             "main.py",
             *main_args(run, "--total-frames", str(TOTAL_FRAMES), "--eval-interval", "1000000"),
-            *("--set", "eval_episodes=100000", "--set", "eval_final_timeout_s=3600"),
+            *("--set", "eval_episodes=100000"),
         ]
     )
     started.wait_for("final evaluation of the last weights", timeout_s=600)
@@ -290,7 +290,7 @@ def write_checkpoint(run: Path, cfg: Config) -> Path:
         # The issue's case: a Mario run resumed with another action set, compile/amp=auto
         # (whose timing, uncached, would take minutes before the trainer starts).
         ("cpu", {"env_id": "SuperMarioBros-1-1-v0"}, ["--set", "action_set=complex"], "action_set"),
-        ("tiny", {}, ["--set", "prev_action_input=true"], "prev_action_input"),
+        ("tiny", {}, ["--set", "dueling=false"], "dueling"),
     ],
 )
 def test_a_mismatched_resume_fails_before_anything_is_measured_or_started(tmp_path, preset, saved, flags, named):
@@ -313,21 +313,38 @@ def test_a_mismatched_resume_fails_before_anything_is_measured_or_started(tmp_pa
     assert not project_segments(run_tag(run))
 
 
+@pytest.mark.parametrize("value", [False, True])
+def test_a_checkpoint_of_a_removed_option_resumes_at_todays_value_else_is_refused(tmp_path, capsys, value):
+    """A checkpoint saved before the option removal resumes when it holds a removed option
+    at the value the code now always has; otherwise main.py refuses it in one line before
+    anything starts."""
+    from main import main
+
+    run = tmp_path / "saved"
+    path = write_checkpoint(run, Config(**PRESETS["tiny"]))
+    state = load_checkpoint(path)
+    state["config"]["batch_renorm"] = value  # as the code before the tag saved it
+    save_checkpoint(path, state)
+    if not value:
+        check_resume({"resume": str(run)}, "tiny")  # resumes as before
+        return
+    before = sorted(p.name for p in run.rglob("*"))
+    assert main(["--preset", "tiny", "--resume", str(run)]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"main.py: error: checkpoint {path} was trained with batch_renorm=True, an option removed after "
+        "the tag pre-option-removal; check out that tag to resume or evaluate it"
+    ]
+    assert sorted(p.name for p in run.rglob("*")) == before  # no lock, log or config written
+
+
 def test_resume_checks_name_the_setting_that_changes_the_network():
     cfg = Config(**PRESETS["tiny"])
     state = {"config": cfg.to_dict(), "num_actions": 3}
     assert network_mismatch(state, cfg, 3) == ""
-    older = {"config": {k: v for k, v in cfg.to_dict().items() if k != "prev_action_input"}, "num_actions": 3}
-    assert network_mismatch(older, Config(**PRESETS["tiny"], prev_action_input=True), 3).startswith(
-        "its network was trained with prev_action_input=False"
-    )
-    without_batch_norm = {"config": {**cfg.to_dict(), "batch_norm": False}, "num_actions": 3}
-    assert "--set batch_norm=false" in network_mismatch(without_batch_norm, cfg, 3)
-    before_the_field = {"config": {k: v for k, v in cfg.to_dict().items() if k != "batch_norm"}, "num_actions": 3}
-    assert network_mismatch(before_the_field, cfg, 3) == ""  # it was trained with BatchNorm
-    assert "trained with batch_norm=True" in network_mismatch(
-        before_the_field, Config(**PRESETS["tiny"], batch_norm=False), 3
-    )
+    plain_head = {"config": {**cfg.to_dict(), "dueling": False}, "num_actions": 3}
+    assert network_mismatch(plain_head, cfg, 3).startswith("its network was trained with dueling=False")
+    assert "--set dueling=false" in network_mismatch(plain_head, cfg, 3)
+    assert network_mismatch(plain_head, Config(**PRESETS["tiny"], dueling=False), 3) == ""
     mario = Config(env_id="SuperMarioBros-1-1-v0", action_set="complex")
     message = network_mismatch({"config": Config().to_dict(), "num_actions": 7}, mario, 12)
     assert "7 actions" in message and "--set action_set=simple" in message

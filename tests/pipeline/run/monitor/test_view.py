@@ -95,7 +95,7 @@ def test_the_steadiness_figures_show_once_measured():
 
 
 def test_a_single_batching_leaves_the_batchings_figures_out_of_the_log_line():
-    """With steadiness_batchings=1 there is nothing to average or compare: the line keeps
+    """With a probe of one batching there is nothing to average or compare: the line keeps
     the probe's other figures and drops the two NaNs; the table shows them as "-"."""
     line = log_line(steady_row(batchings=1))
     steady = line.split(" | steady ")[1]

@@ -1,0 +1,138 @@
+"""Tests for config_removed and Config.from_dict: a saved config holding a removed option at
+the value the code now always has loads silently; any other value is refused in one line."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from config import FIELD_NAMES, SAVED_BEFORE, Config
+from config_removed import ANY_VALUE, REMOVED, REMOVED_TAG, RETIRED, RemovedOptionError, check_saved, removed_setting
+from config_validation import ConfigError
+
+# The removed options as the code before the tag saved them by default: the config of the
+# runs in progress (their other fields are today's defaults too).
+SAVED_AT_THE_TAG = {
+    "no_progress_terminal": False,
+    "no_progress_penalty": 0.0,
+    "advantage_learning": 0.0,
+    "bn_momentum": 0.1,
+    "batch_renorm": False,
+    "augment_shift": 0,
+    "exploration": "epsilon",
+    "ez_mu": 2.0,
+    "ez_max_steps": 32,
+    "prev_action_input": False,
+    "frontier_point_episodes": 1,
+    "batch_norm": True,
+    "grad_accum": 1,
+    "steadiness_probe_states": 1024,
+    "steadiness_batchings": 4,
+    "weights_check_steps": 200,
+    "model_update_frequency": 1,
+    "priority_beta_start": 0.4,
+    "priority_beta_frames": 2000000,
+    "adam_eps": 0.00015,  # as json writes 1.5e-4
+    "eval_final_timeout_s": 600.0,
+    "keep_checkpoints": 3,
+}
+
+
+def saved(**changes: object) -> dict[str, object]:
+    """A checkpoint's config from before the removal: today's fields and the removed ones."""
+    return {**Config(frontier_start_share=0.5).to_dict(), **SAVED_AT_THE_TAG, **changes}
+
+
+def refusal(name: str, value: object, what: str = "") -> str:
+    option = f"{name}={value!r}" + (f" ({what})" if what else "")
+    return (
+        f"checkpoint runs/x/final.pt was trained with {option}, an option removed after the tag "
+        f"pre-option-removal; check out that tag to resume or evaluate it"
+    )
+
+
+def test_the_table_names_exactly_the_removed_fields() -> None:
+    assert REMOVED_TAG == "pre-option-removal"
+    assert set(REMOVED) == set(SAVED_AT_THE_TAG)
+    assert not set(REMOVED) & FIELD_NAMES  # none is a field any more
+    assert set(RETIRED) <= FIELD_NAMES  # a retired value belongs to a field that stays
+    assert not set(REMOVED) & set(SAVED_BEFORE)  # one home: a removed option's value is here only
+
+
+def test_the_runs_in_progress_load_as_they_were_trained() -> None:
+    values = saved()
+    assert removed_setting(values) is None
+    cfg = Config.from_dict(values, source="checkpoint runs/x/final.pt")
+    assert cfg.frontier_start_share == 0.5 and cfg.bn_calibration_states == 256
+    assert cfg.to_dict() == {k: v for k, v in values.items() if k in FIELD_NAMES}
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("batch_renorm", True),  # a switch
+        ("advantage_learning", 0.9),  # a number of a lost option
+        ("exploration", "ez"),  # a choice
+        ("grad_accum", 2),  # a fixed value
+        ("eval_final_timeout_s", 0.0),
+    ],
+)
+def test_a_removed_option_at_another_value_is_refused_in_one_line(name: str, value: object) -> None:
+    with pytest.raises(RemovedOptionError) as info:
+        Config.from_dict(saved(**{name: value}), source="checkpoint runs/x/final.pt")
+    assert str(info.value) == refusal(name, value)
+    assert isinstance(info.value, ConfigError)  # main.py prints it as one line, exit 2
+
+
+def test_an_option_that_acted_only_through_a_refused_one_loads_at_any_value() -> None:
+    assert REMOVED["bn_momentum"] is ANY_VALUE and REMOVED["ez_mu"] is ANY_VALUE
+    cfg = Config.from_dict(saved(bn_momentum=0.01, ez_mu=3.0, ez_max_steps=8))
+    assert cfg.bn_calibration_states == 256
+    with pytest.raises(RemovedOptionError, match="exploration='ez'"):
+        Config.from_dict(saved(exploration="ez", ez_mu=3.0))
+
+
+def test_the_running_average_batchnorm_is_refused_saved_or_implied() -> None:
+    what = RETIRED["bn_calibration_states"][1]
+    assert "bn_momentum" in what
+    with pytest.raises(RemovedOptionError) as info:
+        Config.from_dict(saved(bn_calibration_states=0), source="checkpoint runs/x/final.pt")
+    assert str(info.value) == refusal("bn_calibration_states", 0, what)
+    # A checkpoint from before precise BN existed has no bn_calibration_states: it ran the average.
+    older = {k: v for k, v in saved().items() if k != "bn_calibration_states"}
+    with pytest.raises(RemovedOptionError, match="bn_calibration_states=0"):
+        Config.from_dict(older)
+
+
+def test_a_config_without_a_removed_field_had_todays_behaviour() -> None:
+    values = {k: v for k, v in saved().items() if k not in ("prev_action_input", "batch_norm", "exploration")}
+    assert Config.from_dict(values).to_dict() == Config(frontier_start_share=0.5).to_dict()
+
+
+def test_check_saved_names_its_source() -> None:
+    check_saved({"batch_norm": True}, "anything")
+    with pytest.raises(RemovedOptionError, match=r"^mark frames-000100000\.pt was trained with batch_norm=False"):
+        check_saved({"batch_norm": False}, "mark frames-000100000.pt")
+
+
+def test_the_fixed_values_are_the_ones_the_code_uses() -> None:
+    from pipeline.learning import learner
+    from pipeline.run import collector, pacing, run_checkpoints, run_shutdown, steadiness_watch
+
+    assert REMOVED["adam_eps"] == learner.ADAM_EPS
+    assert REMOVED["weights_check_steps"] == collector.WEIGHTS_CHECK_STEPS
+    assert REMOVED["eval_final_timeout_s"] == run_shutdown.FINAL_EVALUATION_TIMEOUT_S
+    assert REMOVED["priority_beta_start"] == pacing.PRIORITY_BETA_START
+    assert REMOVED["priority_beta_frames"] == pacing.PRIORITY_BETA_FRAMES
+    assert REMOVED["keep_checkpoints"] == run_checkpoints.KEEP_CHECKPOINTS
+    assert REMOVED["steadiness_probe_states"] == steadiness_watch.PROBE_STATES
+    assert REMOVED["steadiness_batchings"] == steadiness_watch.BATCHINGS
+
+
+def test_from_dict_still_drops_unknown_names_and_fills_saved_before() -> None:
+    values = dataclasses.asdict(Config())
+    values["a_name_never_used"] = 1
+    del values["jump_retrigger"]
+    cfg = Config.from_dict(values)
+    assert cfg.jump_retrigger is SAVED_BEFORE["jump_retrigger"]
