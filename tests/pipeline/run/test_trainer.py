@@ -30,7 +30,7 @@ from tests.conftest import run_main, wait_until
 
 ROOT = Path(__file__).resolve().parents[3]
 EVAL_LAG_FRAMES = 1000  # training waits once an evaluation is this many frames overdue
-LEARN_FRAMES = 30_000  # Catch is learned within it on every seed tried (see the learning test)
+LEARN_FRAMES = 35_000  # Catch is learned within it (see the learning test)
 
 
 def start_main(*args: str) -> subprocess.Popen[str]:
@@ -97,9 +97,10 @@ def test_whole_pipeline_learns_catch_and_the_evaluator_sees_it(tmp_path):
     evaluations in 40k frames.
 
     The budget is work, not time (the replay ratio holds, so a slow machine learns as much
-    per frame): LEARN_FRAMES. Runs on four seeds first saw >= 80 % at 20.1k, 20.1k, 22.6k
-    and 25.2k frames, and their marks at 30k scored 4.5-5.0 of 5 (python main.py --preset
-    tiny --num-processes 2 --eval-interval 2500 --seed S, S = 0..3)."""
+    per frame): LEARN_FRAMES. Nine runs (seeds 0-7, python main.py --preset tiny
+    --num-processes 2 --eval-interval 2500 --seed S) first showed >= 80 % at 17.6k-25.2k
+    frames, two at 30.1k and 30.2k, and one had not by 30.1k (3.8 of 5): 30k is too few.
+    """
     result = run_main(
         [
             "--preset",
@@ -115,7 +116,7 @@ def test_whole_pipeline_learns_catch_and_the_evaluator_sees_it(tmp_path):
             "--monitor",
             "log",
             "--eval-interval",
-            "2500",  # frames: an evaluation at each multiple, 12 in the 30k, however fast the machine
+            "2500",  # frames: an evaluation at each multiple, 14 in the 35k, however fast the machine
             "--set",
             f"eval_max_lag_frames={EVAL_LAG_FRAMES}",  # ... because training waits for one overdue
             "--set",
