@@ -52,6 +52,10 @@ class Config:
     env_id: str = "SuperMarioBros-1-1-v0"
     """Environment id: SuperMarioBros-<world>-<stage>-v<0..3>, SuperMarioBros-v0..3 (full
     game), SuperMarioBrosRandomStages-v0..3, or Catch-v0 (synthetic, for tests)."""
+    stages: str = ""
+    """SuperMarioBrosRandomStages ids: the stages each reset draws from, as world-stage
+    separated by commas, e.g. 1-1,1-2,1-3,1-4 for one network over World 1 ('' = all 32).
+    Evaluation (eval, the learning benchmark) plays each of them and reports per stage."""
     action_set: str = "simple"
     """Joypad action set: right_jump (2 actions: right, right+A), right_only (5), simple (7) or
     complex (12)."""
@@ -328,6 +332,7 @@ class Config:
             no_progress_penalty=self.no_progress_penalty,
             jump_retrigger=self.jump_retrigger,
             max_episode_steps=self.max_episode_steps,
+            stages=self.stages,
         )
 
 

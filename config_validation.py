@@ -285,10 +285,15 @@ def validate(cfg: Any) -> None:
             _problem("envs_per_collector", cfg.envs_per_collector, "must be <= 64", "use more collectors instead")
         )
     try:
-        from envs import EnvIdError, validate_env_id
+        from envs import EnvIdError, StagesError, check_stages, validate_env_id
 
         validate_env_id(cfg.env_id)
     except EnvIdError as exc:
         problems.append(f"env_id={cfg.env_id!r}: {exc}")
+    else:
+        try:
+            check_stages(cfg.env_id, cfg.stages)
+        except StagesError as exc:
+            problems.append(_problem("stages", cfg.stages, exc.rule, exc.fix))
     if problems:
         raise ConfigError(_summarise(problems))

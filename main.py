@@ -6,12 +6,16 @@
 
     python main.py tune [--env ID] [--force]             measure this machine for the auto preset
     python main.py bench [--quick] [--only NAME] [--json PATH] [--soak MINUTES]
-    python main.py play --checkpoint PATH [--env ID] [--episodes N] [--out FILE.mp4|.gif]
-    python main.py eval --checkpoint PATH [--env ID] [--episodes N] [--json PATH]
+    python main.py play [--checkpoint PATH|NAME] [--env ID] [--episodes N] [--out FILE.mp4|.gif]
+    python main.py eval [--checkpoint PATH|NAME] [--env ID] [--episodes N] [--json PATH]
+    python main.py export --checkpoint PATH [--out FILE.pt] [--trained-with COMMAND] [--figures EVAL.json]
     python main.py plot RUN_DIR [--out DIR]
 
 Settings resolve as: command line > knobs in config.py > preset > defaults
 (``--print-config`` shows the result and where each value came from).
+
+Without ``--checkpoint``, play and eval use the shipped network of the env
+(``models/trained/<env id>.pt``, written by ``export``); ``--checkpoint NAME`` names one.
 
 Every user error (a bad flag, setting, env id or checkpoint) ends with one line on
 stderr and exit code 2; never a traceback.
@@ -41,8 +45,9 @@ def _positive_int(text: str) -> int:
 COMMAND_HELP = {
     "tune": "measure this machine for the auto preset and cache the figures",
     "bench": "run the benchmark suite (--quick, --only NAME) or the learning one",
-    "play": "record a checkpoint playing, as MP4 or GIF",
-    "eval": "play a checkpoint and print x_pos, flag rate and return",
+    "play": "record a checkpoint (default: the shipped network) playing, as MP4 or GIF",
+    "eval": "play a checkpoint (default: the shipped network) and print x_pos, flag rate and return",
+    "export": "write a checkpoint's acting network as a small file for play and eval (models/trained/)",
     "plot": "draw a run's metrics.csv as PNG figures",
 }
 TRAIN_USAGE = "%(prog)s [training flags]\n       %(prog)s COMMAND [flags]"
@@ -263,6 +268,12 @@ def run_eval(argv: list[str]) -> int:
     return eval_command(argv)
 
 
+def run_export(argv: list[str]) -> int:
+    from pipeline.commands.export import export_command
+
+    return export_command(argv)
+
+
 def run_plot(argv: list[str]) -> int:
     from pipeline.commands.plots import plot_command
 
@@ -275,6 +286,7 @@ COMMANDS = {
     "bench": run_bench,
     "play": run_play,
     "eval": run_eval,
+    "export": run_export,
     "plot": run_plot,
 }
 

@@ -4,10 +4,13 @@ Public API::
 
     make_env(env_id, *, action_set="simple", frame_skip=4, reward_scale=1.0,
              no_progress_steps=0, no_progress_terminal=False, no_progress_penalty=0.0,
-             max_episode_steps=0,
+             max_episode_steps=0, stages="",
              seed=None, preprocess=True)
     validate_env_id(env_id)          # raises EnvIdError
     num_actions(env_id, action_set)  # no emulator built
+    parse_stages(text), check_stages(env_id, text)  # raise StagesError
+    evaluation_stages(env_id, stages)  # (stage name, env id) pairs an evaluation plays
+    STAGE_ENDS, along(stage, x_pos)  # where World 1's stages end, how far along an x_pos is
     EnvIdError, ENV_IDS, ENV_ID_HELP, ACTION_SET_NAMES
 
 Importing this package is cheap and silent: the legacy gym-based packages are only
@@ -17,6 +20,7 @@ imported (quietly, see :mod:`envs.legacy`) when a Mario env or action set is nee
 from envs.actions import ACTION_SET_NAMES, DEFAULT_ACTION_SET
 from envs.factory import make_env, num_actions
 from envs.ids import CATCH_ID, ENV_ID_HELP, ENV_IDS, EnvIdError, validate_env_id
+from envs.stages import STAGE_ENDS, StagesError, along, check_stages, evaluation_stages, parse_stages
 from envs.wrappers import preprocess_ns
 
 __all__ = [
@@ -26,8 +30,14 @@ __all__ = [
     "ENV_IDS",
     "ENV_ID_HELP",
     "EnvIdError",
+    "STAGE_ENDS",
+    "StagesError",
+    "along",
+    "check_stages",
+    "evaluation_stages",
     "make_env",
     "num_actions",
+    "parse_stages",
     "preprocess_ns",
     "validate_env_id",
 ]

@@ -18,6 +18,7 @@ from envs.catch import ACTION_MEANINGS as CATCH_ACTION_MEANINGS
 from envs.catch import CatchEnv
 from envs.ids import parse_env_id
 from envs.mario import MarioEnv
+from envs.stages import check_stages, stage_name
 from envs.wrappers import (
     ActionSet,
     Grayscale,
@@ -77,6 +78,7 @@ def make_env(
     no_progress_penalty: float = 0.0,
     jump_retrigger: bool = False,
     max_episode_steps: int | None = 0,
+    stages: str = "",
     seed: int | None = None,
     preprocess: bool = True,
 ) -> gymnasium.Env:
@@ -106,6 +108,9 @@ def make_env(
         jump_retrigger: Mario only; holding A jumps again on landing
             (:class:`envs.wrappers.JumpRetrigger`, a controller change).
         max_episode_steps: truncate after this many agent steps; 0 or None disables.
+        stages: random-stages ids only: the stages each reset draws from, as
+            "world-stage" separated by commas ("1-1,1-2,1-3,1-4"); "" draws from all 32
+            (:func:`envs.stages.parse_stages`).
         seed: seeds the env's RNG (and action space) now, so a later ``reset()``
             without a seed is reproducible. Fixed-stage Mario is deterministic given
             the actions anyway; the seed matters for random stages and Catch.
@@ -114,9 +119,11 @@ def make_env(
 
     Raises:
         EnvIdError: unknown ``env_id`` (message names the id and how to fix it).
+        StagesError: a bad stage list, or one with an id that draws no stage.
         ValueError: bad action set or numeric argument.
     """
     spec = parse_env_id(env_id)
+    stage_list = check_stages(env_id, stages)
     validate_action_set(action_set)
     frame_skip = _check_int("frame_skip", frame_skip, 1)
     no_progress_steps = _check_int("no_progress_steps", no_progress_steps, 0)
@@ -128,7 +135,7 @@ def make_env(
     if spec.kind == "catch":
         env = CatchEnv()
     else:
-        mario: gymnasium.Env = MarioEnv(env_id)
+        mario: gymnasium.Env = MarioEnv(env_id, stages=[stage_name(s) for s in stage_list] or None)
         if jump_retrigger:
             mario = JumpRetrigger(mario)
         env = ActionSet(mario, action_set)

@@ -36,24 +36,13 @@ from gymnasium import spaces
 
 from envs.ids import STAGES, WORLDS, EnvIdError, parse_env_id
 from envs.legacy import load_legacy
+from envs.stages import parse_stage
 
 FRAME_SHAPE: tuple[int, int, int] = (240, 256, 3)
 
 # RAM address of the player's float state (the disassembly's Player_State): 0 while
 # standing on solid ground, 1 jumping, 2 falling off a ledge, 3 on the flagpole.
 PLAYER_FLOAT_STATE = 0x001D
-
-
-def _parse_stage(text: str) -> tuple[int, int]:
-    """Parse a "world-stage" string such as "1-2" (the legacy random-stages format)."""
-    try:
-        world_text, stage_text = text.split("-")
-        world, stage = int(world_text), int(stage_text)
-    except ValueError:
-        raise ValueError(f"bad stage {text!r}: use 'world-stage', e.g. '1-2'") from None
-    if world not in WORLDS or stage not in STAGES:
-        raise ValueError(f"bad stage {text!r}: world must be 1-8 and stage 1-4")
-    return world, stage
 
 
 def _plain_info(info: dict[str, Any]) -> dict[str, Any]:
@@ -110,7 +99,7 @@ class MarioEnv(gymnasium.Env[np.ndarray, int]):
         self._spec = spec
         self._smb_class = load_legacy().SuperMarioBrosEnv
         self._random_stages = spec.kind == "mario_random_stages"
-        self._stages = [_parse_stage(s) for s in stages] if stages is not None else None
+        self._stages = [parse_stage(s) for s in stages] if stages is not None else None
         # Emulators by target. A random-stages env builds each stage's emulator on first
         # use instead of all 32 up front as the legacy SuperMarioBrosRandomStagesEnv does
         # (about 8 s of start-screen skipping per env, per worker).
@@ -142,7 +131,7 @@ class MarioEnv(gymnasium.Env[np.ndarray, int]):
         """Pick the next random stage (``options["stages"]`` overrides, as in the legacy env)."""
         stages = self._stages
         if options is not None and options.get("stages"):
-            stages = [_parse_stage(s) for s in options["stages"]]
+            stages = [parse_stage(s) for s in options["stages"]]
         if stages:
             return stages[int(self.np_random.integers(len(stages)))]
         world = int(self.np_random.integers(WORLDS.start, WORLDS.stop))

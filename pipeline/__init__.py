@@ -6,7 +6,7 @@
 ``learning``      replay, learner, checkpoints, and the policy/recording helpers
 ``run``           the processes of a training run and the event loop that drives them
 ``cluster``       the Ray backend: node agents on a cluster's nodes, pulled by the learner
-``commands``      the user commands besides training: eval, play, plot
+``commands``      the user commands besides training: eval, play, export, plot, tune
 ``bench``         the benchmark suite (``python main.py bench``)
 ================  ==========================================================================
 

@@ -94,6 +94,18 @@ def test_describe_lists_every_field_with_its_source():
             "frontier_start_share",
             "random stages",
         ),
+        ({"env_id": "SuperMarioBrosRandomStages-v0", "stages": ","}, "stages=','", "lists no stage"),
+        ({"env_id": "SuperMarioBrosRandomStages-v0", "stages": " "}, "stages=' '", "e.g. 1-1,1-2,1-3,1-4"),
+        ({"env_id": "SuperMarioBrosRandomStages-v0", "stages": "1-1,1-5"}, "stages", "'1-5' does not exist"),
+        ({"env_id": "SuperMarioBrosRandomStages-v0", "stages": "9-1"}, "stages", "'9-1' does not exist"),
+        ({"env_id": "SuperMarioBrosRandomStages-v0", "stages": "a-b"}, "stages", "'a-b' is not a stage"),
+        ({"env_id": "SuperMarioBrosRandomStages-v0", "stages": "1-2,1-2"}, "stages", "lists 1-2 twice"),
+        (
+            {"env_id": "SuperMarioBros-1-1-v0", "stages": "1-1,1-2"},
+            "stages",
+            "only applies to SuperMarioBrosRandomStages",
+        ),
+        ({"stages": "1-1"}, "stages", "drop stages"),  # the tiny preset's Catch-v0
     ],
 )
 def test_invalid_values_name_field_value_rule_and_fix(overrides, field, fragment):
@@ -108,6 +120,13 @@ def test_frontier_starts_are_accepted_on_a_fixed_stage_and_the_full_game():
     for env_id in ("SuperMarioBros-1-1-v0", "SuperMarioBros-v0"):
         cfg = resolve_config({"frontier_start_share": 0.5, "env_id": env_id}, preset="cpu", knobs={}).config
         assert cfg.frontier_start_share == 0.5
+
+
+def test_a_stage_list_is_accepted_with_random_stages_and_reaches_the_env_settings():
+    overrides = {"env_id": "SuperMarioBrosRandomStages-v1", "stages": "1-1, 1-2,1-3,1-4"}
+    cfg = resolve_config(overrides, preset="cpu", knobs={}).config
+    assert cfg.env_kwargs()["stages"] == "1-1, 1-2,1-3,1-4"
+    assert resolve_config({}, preset="cpu", knobs={}).config.env_kwargs()["stages"] == ""
 
 
 def test_every_problem_is_reported_at_once():

@@ -28,6 +28,9 @@ def run_main(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[st
         (["--device", "tpu"], "invalid choice: 'tpu'"),
         (["--frobnicate"], "unrecognized arguments"),
         (["--resume", "/nonexistent/ckpt.pt", "--preset", "tiny"], "no such file or directory"),
+        (["eval", "--env", "Catch-v0"], "no shipped network for Catch-v0"),
+        (["play", "--checkpoint", "SuperMarioBros-8-4-v0"], "or a shipped name (SuperMarioBros-1-1-v0"),
+        (["export"], "the following arguments are required: --checkpoint"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(args, fragment):

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from pipeline.run.monitor_keys import LEARNER_PHASES
+from pipeline.run.monitor.keys import LEARNER_PHASES
 
 TARGET_EFFICIENCY = 0.90
 TARGET_RECORDS_PER_S = 50_000.0

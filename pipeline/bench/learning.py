@@ -13,12 +13,15 @@ own, the same seeds for every mark, run and variant; the greedy episode ``play``
 is kept beside it. The bench then
 
 - prints every figure (:mod:`~pipeline.bench.learning_figures`) per seed and over seeds
-  as mean (min..max), and compares the variant with the others in ``<out>`` evaluated by
-  the same protocol, on the seeds they share, saying which differences are within the
-  spread between seeds (noise);
+  as mean (min..max), then per seed the per-stage table (every mark's mean x_pos, how
+  far along the stage that is and flag rate on each stage the run trains on: one row per
+  mark for a run on one stage, a row per stage and mark for random stages), and compares
+  the variant with the others in ``<out>`` evaluated by the same protocol, on the seeds
+  they share, saying which differences are within the spread between seeds (noise);
 - writes ``<out>/<name>.json`` (``<name>-eps<E>x<N>.json`` for another protocol): per
-  seed the curve (mean and median x_pos, flag rate and the greedy episode per mark) and
-  the figures; over seeds their mean and spread; and the comparisons;
+  seed the curve (mean and median x_pos, flag rate, the greedy episode and the per-stage
+  figures per mark) and the figures; over seeds their mean and spread; and the
+  comparisons;
 - draws ``<out>/learning.png``: the protocol's mean x_pos and flag rate at each mark for
   every variant in ``<out>`` evaluated the same way (one colour each, seeds overlaid),
   after the runs, never during them.
@@ -49,6 +52,7 @@ from pipeline.bench.learning_curves import (
     bench_protocol,
     evaluate_marks,
     plot_curves,
+    stage_rows,
     x_pos_at,
 )
 from pipeline.bench.learning_figures import (
@@ -62,7 +66,8 @@ from pipeline.bench.learning_figures import (
 from pipeline.bench.learning_steadiness import steadiness_at_marks
 from pipeline.common.errors import OneLineParser, UserError
 from pipeline.common.files import atomic_write_text
-from pipeline.run.eval_protocol import Protocol
+from pipeline.run.evaluator.protocol import Protocol
+from pipeline.run.stage_report import stage_table
 
 ROOT = Path(__file__).resolve().parents[2]
 PLOT_NAME = "learning.png"
@@ -299,6 +304,9 @@ def print_report(result: dict[str, Any]) -> None:
         f"(what play shows); runs in {Path(result['seeds'][0]['run']).parent}"
     )
     print("\n".join(table_lines(result)))
+    for run in result["seeds"]:
+        print(f"seed {run['seed']} per stage (along: the mean x_pos over the x_pos where the stage ends):")
+        print("\n".join(stage_table(stage_rows([MarkResult.from_dict(r) for r in run["curve"]]), first="mark")))
     for comparison in result["comparisons"]:
         print("\n".join(comparison_lines(comparison)))
 
@@ -340,7 +348,8 @@ def learning_command(argv: list[str]) -> int:
         name: [[MarkResult.from_dict(r) for r in s["curve"]] for s in variant["seeds"]]
         for name, variant in drawn_variants(result, others, args.compare_names).items()
     }
-    env_id = json.loads((Path(seeds[0]["run"]) / "config.json").read_text())["config"]["env_id"]
+    config = json.loads((Path(seeds[0]["run"]) / "config.json").read_text())["config"]
+    env_id = f"{config['env_id']} ({config['stages']})" if config.get("stages") else config["env_id"]
     # Two lines: the protocol's description is too long for one line of the figure.
     title = f"{env_id}: mean x_pos at each mark\nover {protocol.describe()}"
     plot = plot_curves(variants, args.out / PLOT_NAME, title)

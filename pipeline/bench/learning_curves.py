@@ -2,7 +2,7 @@
 
 A run trained with ``mark_interval_frames`` keeps its online network at fixed frame
 counts (``checkpoints/marks/frames-<N>.pt``). Here each mark is evaluated by the protocol
-of :mod:`~pipeline.run.eval_protocol` (by default 20 episodes at epsilon 0.05, each from a
+of :mod:`~pipeline.run.evaluator.protocol` (by default 20 episodes at epsilon 0.05, each from a
 seed of its own, the same seeds for every mark, run and variant), with the single greedy
 episode that ``python main.py play`` shows beside it. Marks are evaluated in parallel
 processes, after training, so evaluation never competes with the run it measures, and
@@ -14,10 +14,18 @@ the curve is summed up the way the field reports sample efficiency:
 - the area under the mean x_pos curve as a mean x_pos over the frames covered
   (trapezoids), so a variant that learns earlier scores higher at equal final x_pos.
 
+A run on random stages is evaluated on every stage it trains on, each played as its
+fixed-stage id with the whole protocol (:mod:`~pipeline.run.stage_report`): a mark keeps
+each stage's mean x_pos, how far along the stage that is and its flag rate (``stages``),
+and its own figures are those of all its stages' episodes together. A run on one stage
+has one such row, its own figures.
+
 Evaluations are cached in ``<run>/learning-eval.json``, keyed by the protocol
-(:meth:`~pipeline.run.eval_protocol.Protocol.key`: episodes, epsilon, seeds, step cap)
-and the mark's file name: a run that goes on later, or a report drawn again, evaluates
-only new marks, and another protocol never reads an entry made by a different one.
+(:meth:`~pipeline.run.evaluator.protocol.Protocol.key`: episodes, epsilon, seeds, step cap),
+for random stages also by the stages played, and the mark's file name: a run that goes
+on later, or a report drawn again, evaluates only new marks, and another protocol never
+reads an entry made by a different one. Entries of a one-stage run written before marks
+kept their stages stay valid: its one row is the mark's own figures.
 """
 
 from __future__ import annotations
@@ -25,6 +33,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import statistics
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass
@@ -32,8 +41,10 @@ from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
 
+from config import Config
 from pipeline.common.files import atomic_write_text
-from pipeline.run.eval_protocol import EVAL_SEED_OFFSET, Protocol
+from pipeline.run.evaluator.protocol import EVAL_SEED_OFFSET, Protocol
+from pipeline.run.stage_report import StageRow, combined_values, play_stages, stages_played
 
 EVAL_CACHE = "learning-eval.json"
 X_POS_GOAL = 1800  # past the second pit of 1-1 (the old default's greedy agent died at 1,423)
@@ -63,6 +74,10 @@ class MarkResult:
     # discounted return that followed, and the median gap between the two best actions.
     q_over_return: float | None = None
     median_action_gap: float | None = None
+    # Per stage (pipeline.run.stage_report.StageRow dicts), in the order played. With
+    # several stages the greedy figures above are over the stages' greedy episodes: the
+    # mean x_pos (rounded) and return, and a flag when every stage's episode got one.
+    stages: list[dict[str, Any]] | None = None
 
     @classmethod
     def from_dict(cls, values: Mapping[str, Any]) -> MarkResult:
@@ -76,8 +91,20 @@ def bench_protocol(episodes: int = BENCH_EPISODES, epsilon: float = BENCH_EPSILO
     return Protocol(episodes=episodes, epsilon=epsilon, first_seed=BENCH_FIRST_SEED, max_steps=max_steps)
 
 
-def cache_key(protocol: Protocol) -> str:
-    return f"{CACHE_VERSION},{protocol.key()},greedy_seed={GREEDY_SEED}"
+def cache_key(protocol: Protocol, stages: Sequence[str] = ()) -> str:
+    """The cache entry of ``protocol``; ``stages``: the stages a random-stages run plays
+    (none for a run on one stage, whose entries keep the key they always had)."""
+    key = f"{CACHE_VERSION},{protocol.key()},greedy_seed={GREEDY_SEED}"
+    return f"{key},stages={'/'.join(stages)}" if stages else key
+
+
+def run_stages(run: Path) -> tuple[list[tuple[str, str]], bool]:
+    """The (stage, env id) pairs that evaluate the marks of ``run`` (from its config.json),
+    and whether it trained on random stages (whose cache entries name the stages)."""
+    from envs.ids import parse_env_id
+
+    config = Config.from_dict(json.loads((run / "config.json").read_text())["config"])
+    return stages_played(config, config.env_id), parse_env_id(config.env_id).kind == "mario_random_stages"
 
 
 def mark_files(run: Path) -> list[Path]:
@@ -90,35 +117,39 @@ def evaluate_mark(path: str, protocol: dict[str, Any]) -> dict[str, Any]:
     mark, on one torch thread. Same mark and same protocol, same figures. The episodes are
     played by :func:`~pipeline.run.value_check.value_check` (the same episodes as
     ``play_protocol``), so the values against the returns come with them at no extra play."""
-    from pipeline.learning.policy import build_env, load_policy, run_episode, single_thread_torch
-    from pipeline.run.eval_protocol import protocol_figures
+    from pipeline.learning.policy import EpisodeResult, load_policy, run_episode, single_thread_torch
+    from pipeline.run.evaluator.protocol import protocol_figures
     from pipeline.run.value_check import value_check
 
     policy = load_policy(path)
     chosen = Protocol(**protocol)
-    env = build_env(policy.config, policy.env_id, seed=chosen.first_seed)
-    try:
-        with single_thread_torch():
-            episodes, values = value_check(
-                env,
-                policy.model,
-                chosen,
-                frame_stack=policy.frame_stack,
-                num_actions=policy.num_actions,
-                gamma=policy.config.gamma,
-                reward_scale=policy.config.reward_scale,
-            )
-            greedy = run_episode(
-                env,
-                policy.model,
-                frame_stack=policy.frame_stack,
-                num_actions=policy.num_actions,
-                seed=GREEDY_SEED,
-                max_steps=chosen.max_steps,
-            )
-    finally:
-        env.close()
-    figures = protocol_figures(episodes)
+
+    def play(env: Any) -> tuple[list[EpisodeResult], dict[str, float], EpisodeResult]:
+        episodes, values = value_check(
+            env,
+            policy.model,
+            chosen,
+            frame_stack=policy.frame_stack,
+            num_actions=policy.num_actions,
+            gamma=policy.config.gamma,
+            reward_scale=policy.config.reward_scale,
+        )
+        greedy = run_episode(
+            env,
+            policy.model,
+            frame_stack=policy.frame_stack,
+            num_actions=policy.num_actions,
+            seed=GREEDY_SEED,
+            max_steps=chosen.max_steps,
+        )
+        return episodes, values, greedy
+
+    with single_thread_torch():
+        played = play_stages(policy.config, stages_played(policy.config, policy.env_id), play, seed=chosen.first_seed)
+    figures = protocol_figures([episode for _, (episodes, _, _) in played for episode in episodes])
+    stage_values = [figures for _, (_, figures, _) in played]
+    values = stage_values[0] if len(stage_values) == 1 else combined_values(stage_values)
+    greedies = [greedy for _, (_, _, greedy) in played]
     return asdict(
         MarkResult(
             frames=int(Path(path).stem.split("-")[1]),
@@ -128,11 +159,12 @@ def evaluate_mark(path: str, protocol: dict[str, Any]) -> dict[str, Any]:
             max_x_pos=figures["max_x_pos"],
             flag_rate=figures["flag_rate"],
             mean_return=figures["mean_return"],
-            greedy_x_pos=greedy.x_pos,
-            greedy_flag=greedy.flag_get,
-            greedy_return=greedy.ret,
+            greedy_x_pos=round(statistics.fmean(greedy.x_pos for greedy in greedies)),
+            greedy_flag=all(greedy.flag_get for greedy in greedies),
+            greedy_return=statistics.fmean(greedy.ret for greedy in greedies),
             q_over_return=values.get("q_over_return"),
             median_action_gap=values.get("median_action_gap"),
+            stages=[StageRow.from_results(stage, episodes).to_dict() for stage, (episodes, _, _) in played],
         )
     )
 
@@ -141,7 +173,8 @@ def evaluate_marks(run: Path, protocol: Protocol, *, workers: int | None = None)
     """Every mark of ``run`` evaluated by ``protocol`` (cached ones read back), in frame order."""
     cache_path = run / EVAL_CACHE
     cache: dict[str, Any] = json.loads(cache_path.read_text()) if cache_path.exists() else {}
-    key = cache_key(protocol)
+    stages, random = run_stages(run)
+    key = cache_key(protocol, [stage for stage, _ in stages] if random else ())
     done: dict[str, dict[str, Any]] = cache.get(key, {})
     todo = [path for path in mark_files(run) if path.name not in done]
     if todo:
@@ -153,7 +186,17 @@ def evaluate_marks(run: Path, protocol: Protocol, *, workers: int | None = None)
                 done[name] = future.result()
         cache[key] = done
         atomic_write_text(cache_path, json.dumps(cache, indent=1) + "\n")
-    return sorted((MarkResult.from_dict(value) for value in done.values()), key=lambda r: r.frames)
+    curve = sorted((MarkResult.from_dict(value) for value in done.values()), key=lambda r: r.frames)
+    for result in curve:
+        if result.stages is None and len(stages) == 1:  # an entry from before marks kept their stages
+            row = StageRow.of(stages[0][0], protocol.episodes, result.mean_x_pos, result.flag_rate)
+            result.stages = [row.to_dict()]
+    return curve
+
+
+def stage_rows(curve: Sequence[MarkResult]) -> list[tuple[str, StageRow]]:
+    """The per-stage table's rows of a curve: (mark, stage row) for every stage of every mark."""
+    return [(f"{r.frames / 1e6:g}M", StageRow.from_dict(row)) for r in curve for row in r.stages or ()]
 
 
 def first_frames(curve: Sequence[MarkResult], *, x_pos: float | None = None, flag: bool = False) -> int | None:

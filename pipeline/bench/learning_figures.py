@@ -3,7 +3,7 @@
 A run (one training seed) is summed up by :data:`FIGURES`: at 0.5M, 1M and 2M frames the
 protocol's mean and median x_pos and flag rate and the greedy episode's x_pos; frames to
 the first flag (the first mark with a flag rate above 0) and to x_pos 1,800; the area
-under the mean x_pos curve; the steadiness figures at 1M and 2M (the probe's agreement,
+under the mean x_pos curve; the steadiness figures at the same marks (the probe's agreement,
 churn, |Q_eval - Q_train| and action gap from metrics.csv, the mark's Q over the returns
 that followed, and the median swing of the mean x_pos between consecutive marks from 1M
 on: :mod:`~pipeline.bench.learning_steadiness`); and, beside them, the machine's wall
@@ -31,9 +31,9 @@ from typing import Any
 
 from pipeline.bench.learning_curves import X_POS_GOAL, MarkResult, area_under_curve, figure_at, first_frames
 from pipeline.bench.learning_steadiness import STEADINESS_FIELDS, TRAINING_X_POS, median_swing
+from pipeline.common.gauges import STEADINESS_LABELS
 
-REPORT_FRAMES = (500_000, 1_000_000, 2_000_000)
-STEADY_FRAMES = (500_000, 1_000_000, 2_000_000)
+REPORT_FRAMES = (500_000, 1_000_000, 2_000_000)  # the marks every figure of a mark is read at
 NOISE = "within the spread between seeds (noise)"
 BEYOND = "beyond the spread between seeds"
 NO_SPREAD = "one seed each: no spread between seeds to judge it by"
@@ -82,21 +82,13 @@ FIGURES: tuple[Figure, ...] = (
     # The collectors' own episodes just before the mark, beside what the mark plays.
     *(
         Figure(f"{TRAINING_X_POS}@{frames}", f"training episodes' x_pos @{frames / 1e6:g}M", "x_pos")
-        for frames in STEADY_FRAMES
+        for frames in REPORT_FRAMES
     ),
     # Steadiness (learning_steadiness): the probe's figures, the values, the swing.
     *(
         Figure(f"{name}@{frames}", f"{label} @{frames / 1e6:g}M", "fine")
-        for frames in STEADY_FRAMES
-        for name, label in (
-            ("agreement", "train/eval agreement"),
-            ("expected_agreement", "agreement, batchings' mean"),
-            ("train_agreement", "train/train agreement"),
-            ("churn", "churn per publish"),
-            ("q_offset", "|Q_eval - Q_train|"),
-            ("action_gap", "median action gap"),
-            ("q_over_return", "Q / return"),
-        )
+        for frames in REPORT_FRAMES
+        for name, label in (*STEADINESS_LABELS.items(), ("q_over_return", "Q / return"))
     ),
     Figure("median_swing", "median swing between marks from 1M", "x_pos"),
     Figure("frames_to_flag", "frames to the first flag", "frames"),
@@ -119,7 +111,7 @@ def run_figures(
     figures: dict[str, float | None] = {
         f"{field}@{frames}": figure_at(curve, frames, field) for frames in REPORT_FRAMES for field, _, _ in MARK_FIELDS
     }
-    for frames in STEADY_FRAMES:
+    for frames in REPORT_FRAMES:
         at_mark = (steadiness or {}).get(frames, {})
         figures.update(
             {f"{name}@{frames}": at_mark.get(name) for name in (*STEADINESS_FIELDS.values(), TRAINING_X_POS)}

@@ -28,18 +28,12 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from pipeline.bench.learning_curves import MarkResult
+from pipeline.common.gauges import STEADINESS_FIGURES, steadiness_gauge
 
 __all__ = ["STEADINESS_FIELDS", "SWING_FROM_FRAMES", "TRAINING_X_POS", "median_swing", "steadiness_at_marks"]
 
 # metrics.csv column -> the figure's name in the benchmark.
-STEADINESS_FIELDS: Mapping[str, str] = {
-    "steady_agreement": "agreement",
-    "steady_churn": "churn",
-    "steady_q_offset": "q_offset",
-    "steady_action_gap": "action_gap",
-    "steady_expected_agreement": "expected_agreement",
-    "steady_train_agreement": "train_agreement",
-}
+STEADINESS_FIELDS: Mapping[str, str] = {steadiness_gauge(name): name for name in STEADINESS_FIGURES}
 SWING_FROM_FRAMES = 1_000_000
 # The figure of the training episodes' mean x_pos (metrics.csv ``episode_x_pos``).
 TRAINING_X_POS = "training_x_pos"

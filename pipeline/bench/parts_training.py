@@ -20,9 +20,18 @@ from pipeline.bench.suite_base import PartResult, SuiteBase, log
 from pipeline.bench.trainer_run import TRAINER_START_ALLOWANCE_S, run_trainer, window_figures
 from pipeline.common.child import ChildError
 from pipeline.common.errors import UserError
+from pipeline.common.gauges import (
+    EVAL_CPU_S_TOTAL,
+    EVAL_WALL_S_TOTAL,
+    EVALUATIONS,
+    EVALUATOR_CPU_PCT,
+    EVALUATOR_EVAL_CPU_S,
+    EVALUATOR_EVAL_WALL_S,
+    EVALUATOR_STEPS,
+)
 from pipeline.learning.learner_choice import choose_learner
 from pipeline.learning.learner_speed import LEARNER_VARIANTS, learner_spec, time_learners
-from pipeline.run.monitor_keys import LEARNER_PHASES
+from pipeline.run.monitor.keys import LEARNER_PHASES
 
 EVALUATOR_BACK_TO_BACK_FRAMES = 1  # eval_interval_frames of the evaluator part's middle run
 # The niced evaluator gets a few % of a core on a busy 2-core box: a longer window counts
@@ -34,7 +43,7 @@ SOAK_REPLAY_CAPACITY = 3_000  # fills within about a minute on a loaded 2-core C
 def evaluation_cost(window: dict[str, float], cfg: Any) -> dict[str, float]:
     """What one evaluation costs, from the with-evaluator run's window (:func:`window_figures`).
 
-    Measured from the evaluator's steps as they went (:mod:`~pipeline.run.eval_progress`),
+    Measured from the evaluator's steps as they went (:mod:`~pipeline.run.evaluator.progress`),
     not from finished evaluations only: niced beside two collectors and the learner on 2
     cores it gets a few percent of a core, and one evaluation of the default protocol (up
     to 11 episodes of 2,000 steps) takes it many minutes, far past a part of seconds.
@@ -43,26 +52,23 @@ def evaluation_cost(window: dict[str, float], cfg: Any) -> dict[str, float]:
     means over the evaluations the run finished (NaN when none did).
     """
     nan = float("nan")
-    steps = window["evaluator_steps_window"]
-    wall, cpu = window["evaluator_eval_wall_s_window"], window["evaluator_eval_cpu_s_window"]
-    if steps <= 0:  # none in the window (a starved evaluator): the run's steps so far
-        steps, wall, cpu = (
-            window["evaluator_steps_run"],
-            window["evaluator_eval_wall_s_run"],
-            window["evaluator_eval_cpu_s_run"],
-        )
+    # In the window; with none in it (a starved evaluator), the run's so far.
+    span = "window" if window[f"{EVALUATOR_STEPS}_window"] > 0 else "run"
+    steps, wall, cpu = (
+        window[f"{key}_{span}"] for key in (EVALUATOR_STEPS, EVALUATOR_EVAL_WALL_S, EVALUATOR_EVAL_CPU_S)
+    )
     steps_per_s = steps / wall if wall > 0 else nan
     cpu_per_step = cpu / steps if steps > 0 else nan
     max_steps = (cfg.eval_episodes + (1 if cfg.eval_epsilon > 0 else 0)) * cfg.eval_max_steps
-    done = window["evaluations_run"]
+    done = window[f"{EVALUATIONS}_run"]
     return {
         "eval_steps_per_s": steps_per_s,
         "cpu_ms_per_eval_step": 1000.0 * cpu_per_step,
         "max_steps_per_evaluation": float(max_steps),
         "wall_s_per_evaluation_at_most": max_steps / steps_per_s if steps_per_s > 0 else nan,
         "cpu_s_per_evaluation_at_most": max_steps * cpu_per_step,
-        "wall_s_per_evaluation": window["eval_wall_s_total"] / done if done else nan,
-        "cpu_s_per_evaluation": window["eval_cpu_s_total"] / done if done else nan,
+        "wall_s_per_evaluation": window[EVAL_WALL_S_TOTAL] / done if done else nan,
+        "cpu_s_per_evaluation": window[EVAL_CPU_S_TOTAL] / done if done else nan,
     }
 
 
@@ -228,8 +234,8 @@ class TrainingParts(SuiteBase):
         f["frames_per_s_with"] = with_evaluator["frames_per_s"]
         f["frames_ratio"] = f["frames_per_s_with"] / f["frames_per_s_without"]
         f["updates_ratio"] = with_evaluator["updates_per_s"] / ((before["updates_per_s"] + after["updates_per_s"]) / 2)
-        f["evaluations"] = with_evaluator["evaluations"]
-        f["evaluator_cpu_pct"] = with_evaluator["evaluator_cpu_pct"]
+        f["evaluations"] = with_evaluator[EVALUATIONS]
+        f["evaluator_cpu_pct"] = with_evaluator[EVALUATOR_CPU_PCT]
         f.update(evaluation_cost(with_evaluator, self.cfg))
         # At the configured interval the evaluator is busy for one evaluation's wall time
         # per interval and idle (asleep) otherwise, so it costs that fraction of the
@@ -238,7 +244,7 @@ class TrainingParts(SuiteBase):
         f["eval_interval_frames"] = float(self.cfg.eval_interval_frames)
         interval = self.cfg.eval_interval_frames / f["frames_per_s_without"] if f["frames_per_s_without"] else 0.0
         f["eval_interval_s"] = interval
-        done = with_evaluator["evaluations_run"]
+        done = with_evaluator[f"{EVALUATIONS}_run"]
         # Finished evaluations' own figures where there are some; else the most one can cost.
         wall = f["wall_s_per_evaluation"] if done else f["wall_s_per_evaluation_at_most"]
         cpu = f["cpu_s_per_evaluation"] if done else f["cpu_s_per_evaluation_at_most"]

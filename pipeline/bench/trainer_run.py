@@ -19,8 +19,16 @@ from typing import TYPE_CHECKING, Any
 
 from pipeline.common.child import Child, ChildError, ChildExited, ChildTimeout
 from pipeline.common.errors import UserError
-from pipeline.run.monitor import Snapshot
-from pipeline.run.monitor_keys import LEARNER_PHASES, collector_phase_key, learner_phase_key, share_key
+from pipeline.common.gauges import (
+    EVAL_CPU_S_TOTAL,
+    EVAL_WALL_S_TOTAL,
+    EVALUATIONS,
+    EVALUATOR_CPU_PCT,
+    EVALUATOR_PROGRESS_GAUGES,
+    EVALUATOR_STEPS,
+)
+from pipeline.run.monitor.keys import LEARNER_PHASES, collector_phase_key, learner_phase_key, share_key
+from pipeline.run.monitor.monitor import Snapshot
 from pipeline.transport.ring import COLLECTOR_PHASES
 
 if TYPE_CHECKING:  # importing the trainer imports torch: not for every bench process
@@ -43,7 +51,7 @@ READY: dict[str, Callable[[Any], bool]] = {
     # evaluation: niced beside two collectors and the learner on 2 cores it gets a few
     # percent of a core, and its first evaluation (up to 11 episodes of 2,000 steps) took
     # longer than the part's whole time limit, so the window never opened.
-    "evaluating": lambda snap: snap.counters.get("updates", 0) > 0 and snap.gauges.get("evaluator_steps", 0) > 0,
+    "evaluating": lambda snap: snap.counters.get("updates", 0) > 0 and snap.gauges.get(EVALUATOR_STEPS, 0) > 0,
 }
 
 
@@ -222,15 +230,15 @@ def window_figures(snaps: Sequence[Any], first: int, last: int) -> dict[str, flo
     out["learner_cpu_pct"] = mean([s.gauges.get("learner_cpu_pct", float("nan")) for s in inside])
     out["replay_ratio"] = delta("samples") / delta("records") if delta("records") else float("nan")
     out["max_poll_gap_ms"] = max((s.gauges.get("poll_gap_ms", 0.0) for s in inside), default=float("nan"))
-    out["evaluator_cpu_pct"] = mean([s.gauges.get("evaluator_cpu_pct", float("nan")) for s in inside])
-    out["evaluations"] = b.gauges.get("evaluations", 0.0) - a.gauges.get("evaluations", 0.0)
+    out[EVALUATOR_CPU_PCT] = mean([s.gauges.get(EVALUATOR_CPU_PCT, float("nan")) for s in inside])
+    out[EVALUATIONS] = b.gauges.get(EVALUATIONS, 0.0) - a.gauges.get(EVALUATIONS, 0.0)
     # The evaluator's own seconds, summed over every evaluation of the run up to b.
-    out["evaluations_run"] = b.gauges.get("evaluations", 0.0)
-    out["eval_wall_s_total"] = b.gauges.get("eval_wall_s_total", 0.0)
-    out["eval_cpu_s_total"] = b.gauges.get("eval_cpu_s_total", 0.0)
+    out[f"{EVALUATIONS}_run"] = b.gauges.get(EVALUATIONS, 0.0)
+    out[EVAL_WALL_S_TOTAL] = b.gauges.get(EVAL_WALL_S_TOTAL, 0.0)
+    out[EVAL_CPU_S_TOTAL] = b.gauges.get(EVAL_CPU_S_TOTAL, 0.0)
     # The evaluator's steps and seconds of evaluating in the window, as they went
-    # (pipeline.run.eval_progress), and in the whole run up to b.
-    for key in ("evaluator_steps", "evaluator_eval_cpu_s", "evaluator_eval_wall_s"):
+    # (pipeline.run.evaluator.progress), and in the whole run up to b.
+    for key in EVALUATOR_PROGRESS_GAUGES:
         out[f"{key}_window"] = b.gauges.get(key, 0.0) - a.gauges.get(key, 0.0)
         out[f"{key}_run"] = b.gauges.get(key, 0.0)
     return out

@@ -38,7 +38,7 @@ from pipeline.cluster.batches import MirrorRing, PullResult
 from pipeline.cluster.node_link import CREDITS, MIN_PULL, PULL_RECORDS, NodeLink, Pull
 from pipeline.cluster.supervision import CALL_TIMEOUT_S, ClusterSupervisor, NodeSupervision, remove_dead_segments
 from pipeline.common.errors import UserError
-from pipeline.run.monitor_keys import NodeGauge, node_gauge_key
+from pipeline.run.monitor.keys import NodeGauge, node_gauge_key
 from pipeline.run.startup import TrainingError
 from pipeline.transport.episodes import EpisodeSummary
 from pipeline.transport.weights import WeightsBlock

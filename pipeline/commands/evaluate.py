@@ -2,7 +2,7 @@
 
 Loading the checkpoint and playing use :mod:`pipeline.learning.policy`, as ``play`` and
 the in-training evaluator do, and the episodes follow the evaluation protocol
-(:mod:`pipeline.run.eval_protocol`) that the evaluator and the learning benchmark play:
+(:mod:`pipeline.run.evaluator.protocol`) that the evaluator and the learning benchmark play:
 episode ``i`` (counting from 0) resets its env with ``seed + i`` and draws its random
 actions from a generator of its own derived from ``seed + i``. So an episode's figures
 depend only on the weights and its seed, and the benchmark's figures of a mark are
@@ -10,11 +10,17 @@ reproduced by ``--episodes 20 --epsilon 0.05 --seed 5000000 --max-steps 2000``.
 
 Command line::
 
-    python main.py eval --checkpoint PATH [--env ID] [--episodes N] [--epsilon E]
-                        [--seed N] [--max-steps N] [--action INDEX] [--values]
+    python main.py eval [--checkpoint PATH|NAME] [--env ID] [--stages LIST] [--episodes N]
+                        [--epsilon E] [--seed N] [--max-steps N] [--action INDEX] [--values]
                         [--recalibrate REPLAY [--recalibrate-states N]] [--json PATH]
 
-``PATH`` is a ``ckpt-<frames>.pt`` file, or a run directory (its newest checkpoint).
+``PATH`` is a ``ckpt-<frames>.pt`` file, a mark or an export, or a run directory (its
+newest checkpoint); ``NAME`` a shipped network (``models/trained/<NAME>.pt``), and without
+``--checkpoint`` the shipped network of ``--env`` (default: the default env) plays.
+Every stage the policy is judged on is played with the whole protocol and reported in a
+per-stage table (:mod:`pipeline.run.stage_report`): a fixed stage is one row; random
+stages are each stage of the run's ``stages`` list (or of ``--stages``; all 32 without a
+list), each played as its fixed-stage id, ``--episodes`` episodes each.
 ``--action`` plays a reference policy in the checkpoint's env instead of its network: that
 action at every step that is not random (``--epsilon 1`` is random play), so a learnt
 policy's figures can be set beside those of a fixed button press under the same protocol.
@@ -34,12 +40,13 @@ import json
 import math
 import sys
 from collections.abc import Callable
+from typing import Any
 
 from pipeline.common.errors import OneLineParser, UserError
 from pipeline.common.files import atomic_write_text
 from pipeline.learning.policy import (
+    EpisodeResult,
     Policy,
-    build_env,
     constant_action_model,
     load_policy,
     single_thread_torch,
@@ -80,8 +87,8 @@ def add_policy_arguments(parser: argparse.ArgumentParser, *, episodes: int) -> N
     """The flags ``play`` and ``eval`` share."""
     parser.add_argument(
         "--checkpoint",
-        required=True,
-        help="checkpoint file (runs/<run>/checkpoints/ckpt-<frames>.pt) or a run directory (its newest checkpoint)",
+        help="checkpoint, mark or export file, a run directory (its newest checkpoint), or a shipped name "
+        "(models/trained/<name>.pt, e.g. SuperMarioBros-1-1-v0); default: the shipped network of --env",
     )
     parser.add_argument(
         "--env", dest="env_id", help="env id to play (default: the checkpoint's); must have the same number of actions"
@@ -133,6 +140,12 @@ def build_parser() -> argparse.ArgumentParser:
         type=_int_at_least(1),
         help="states for --recalibrate (default: the run's bn_calibration_states, or 256)",
     )
+    parser.add_argument(
+        "--stages",
+        metavar="LIST",
+        help="random-stages ids: evaluate these stages (world-stage separated by commas, e.g. 1-1,1-2), "
+        "each with --episodes episodes (default: the run's stages setting; '' is all 32)",
+    )
     parser.add_argument("--json", help="also write the results (and per-episode lists) to this JSON file")
     return parser
 
@@ -171,7 +184,8 @@ def recalibrate_policy(policy: Policy, replay_path: str, states: int | None, see
 def eval_command(argv: list[str]) -> int:
     """``python main.py eval ...``: play episodes with a checkpoint and print statistics."""
     from pipeline.common.files import check_output_path
-    from pipeline.run.eval_protocol import Protocol, play_protocol
+    from pipeline.run.evaluator.protocol import Protocol, play_protocol
+    from pipeline.run.stage_report import StageRow, combined_values, play_stages, stage_table, stages_played
     from pipeline.run.value_check import value_check
 
     args = build_parser().parse_args(argv)
@@ -188,36 +202,43 @@ def eval_command(argv: list[str]) -> int:
         if args.values:
             raise UserError("--values needs the network's Q-values; drop --action to use them")
         model = constant_action_model(args.action, policy.num_actions)
-    env = build_env(policy.config, policy.env_id, seed=args.seed)
+    pairs = stages_played(policy.config, policy.env_id, args.stages)
+    meanings: list[str] = []
+
+    def play(env: Any) -> tuple[list[EpisodeResult], dict[str, float] | None]:
+        meanings.append(env.get_wrapper_attr("get_action_meanings")()[args.action] if args.action is not None else "")
+        if args.values:
+            return value_check(
+                env,
+                model,
+                protocol,
+                frame_stack=policy.frame_stack,
+                num_actions=policy.num_actions,
+                gamma=policy.config.gamma,
+                reward_scale=policy.config.reward_scale,
+            )
+        played = play_protocol(env, model, protocol, frame_stack=policy.frame_stack, num_actions=policy.num_actions)
+        assert played is not None  # nothing interrupts it without should_stop
+        return played, None
+
+    with single_thread_torch():
+        per_stage = play_stages(policy.config, pairs, play, seed=args.seed)
     if args.action is not None:
-        meaning = env.get_wrapper_attr("get_action_meanings")()[args.action]
-        player = f"the constant action {args.action} ({meaning})"
+        player = f"the constant action {args.action} ({meanings[0]})"
+    results = [result for _, (played, _) in per_stage for result in played]
+    rows = [StageRow.from_results(stage, played) for stage, (played, _) in per_stage]
     values: dict[str, float] | None = None
-    try:
-        with single_thread_torch():
-            if args.values:
-                results, values = value_check(
-                    env,
-                    model,
-                    protocol,
-                    frame_stack=policy.frame_stack,
-                    num_actions=policy.num_actions,
-                    gamma=policy.config.gamma,
-                    reward_scale=policy.config.reward_scale,
-                )
-            else:
-                results = play_protocol(
-                    env, model, protocol, frame_stack=policy.frame_stack, num_actions=policy.num_actions
-                )
-    finally:
-        env.close()
-    assert results is not None  # nothing interrupts it without should_stop
+    if args.values:
+        stage_values = [figures for _, (_, figures) in per_stage if figures is not None]
+        values = stage_values[0] if len(stage_values) == 1 else combined_values(stage_values)
     summary = summarise(results)
     if recalibrated is not None:
         print(recalibrated)
-    print(
-        f"evaluated {player} on {policy.env_id}: {args.episodes} episode(s), epsilon {args.epsilon:g}, seed {args.seed}"
-    )
+    on = f"{policy.env_id}: {args.episodes} episode(s)"
+    if len(pairs) > 1:
+        names = ", ".join(stage for stage, _ in pairs)
+        on = f"{policy.env_id}, {len(pairs)} stages ({names}): {args.episodes} episode(s) each"
+    print(f"evaluated {player} on {on}, epsilon {args.epsilon:g}, seed {args.seed}")
     print(
         f"x_pos mean {summary['mean_x_pos']:.1f} median {summary['median_x_pos']:.1f} "
         f"max {summary['max_x_pos']} | flag rate {summary['flag_rate']:.2f} | "
@@ -234,6 +255,9 @@ def eval_command(argv: list[str]) -> int:
         else:
             print("values: no greedy step (every step was random)")
         summary["values"] = values
+    print("per stage (along: the mean x_pos over the x_pos where the stage ends):")
+    print("\n".join(stage_table([("", row) for row in rows])))
+    summary["stages"] = [row.to_dict() for row in rows]
     if json_path is not None:
         atomic_write_text(
             json_path,

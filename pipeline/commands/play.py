@@ -1,7 +1,10 @@
 """``python main.py play``: watch a checkpoint play, as a colour video.
 
-    python main.py play --checkpoint PATH [--env ID] [--episodes N] [--out FILE.mp4|FILE.gif]
+    python main.py play [--checkpoint PATH|NAME] [--env ID] [--episodes N] [--out FILE.mp4|FILE.gif]
                         [--epsilon E] [--seed N] [--max-steps N]
+
+Without ``--checkpoint`` it plays the shipped network (``models/trained/<env id>.pt``,
+written by ``python main.py export``); ``--checkpoint`` takes what ``eval``'s does.
 
 The video has exactly one frame per agent step: the emulator's last raw colour frame of
 that step at full resolution (240x256 RGB for Mario; Catch's 84x84 frames are upscaled
@@ -10,7 +13,8 @@ world-stage). It plays in real time: 60 / frame_skip frames per second (15 for t
 default frame skip of 4). Episodes follow one another in the same file.
 
 Without ``--out`` the video goes to the checkpoint's run directory,
-``<run>/videos/play-<frames>.mp4``. MP4 (H.264, yuv420p) needs imageio-ffmpeg; without
+``<run>/videos/play-<frames>.mp4``; a shipped network's to ``runs/videos/play-<name>.mp4``
+(the repository's tree stays clean). MP4 (H.264, yuv420p) needs imageio-ffmpeg; without
 it a GIF is written instead. Episodes and seeds work as in :mod:`pipeline.commands.evaluate`.
 """
 
@@ -18,18 +22,33 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from pipeline.commands.evaluate import add_policy_arguments
 from pipeline.common.errors import OneLineParser
 
-__all__ = ["build_parser", "play_command"]
+__all__ = ["build_parser", "default_video", "play_command"]
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = OneLineParser(prog="main.py play", description="Write a video of a checkpoint playing.")
+    parser = OneLineParser(
+        prog="main.py play", description="Write a video of a checkpoint (default: the shipped network) playing."
+    )
     add_policy_arguments(parser, episodes=1)
     parser.add_argument("--out", help="video file, .mp4 or .gif (default: <run>/videos/play-<frames>.mp4)")
     return parser
+
+
+def default_video(checkpoint: Path, frames: int) -> Path:
+    """Where a video goes without ``--out``: beside the checkpoint's run, or for a shipped
+    network under the default run directory (``runs/``, which git ignores)."""
+    from config import Config
+    from pipeline.learning.policy import run_dir_of
+    from pipeline.learning.shipped import shipped_dir
+
+    if checkpoint.resolve().parent == shipped_dir().resolve():
+        return Path(Config().run_dir) / "videos" / f"play-{checkpoint.stem}.mp4"
+    return run_dir_of(checkpoint) / "videos" / f"play-{frames}.mp4"
 
 
 def play_command(argv: list[str]) -> int:
@@ -40,21 +59,28 @@ def play_command(argv: list[str]) -> int:
         caption,
         load_policy,
         play_episode,
-        run_dir_of,
         single_thread_torch,
         summarise,
     )
     from pipeline.learning.recording import VIDEO_SUFFIXES, annotate, open_video, video_fps
-    from pipeline.run.eval_protocol import epsilon_rng
+    from pipeline.run.evaluator.protocol import epsilon_rng
 
     args = build_parser().parse_args(argv)
     if args.out:  # fail on a bad path before loading anything
         out = check_output_path(args.out, VIDEO_SUFFIXES, "video")
     policy = load_policy(args.checkpoint, args.env_id)
     if not args.out:
-        out = check_output_path(
-            run_dir_of(policy.path) / "videos" / f"play-{policy.frames}.mp4", VIDEO_SUFFIXES, "video"
+        out = check_output_path(default_video(policy.path, policy.frames), VIDEO_SUFFIXES, "video")
+    if policy.provenance:  # an export: say what is playing
+        record = policy.provenance
+        figures = record.get("figures") or {}
+        measured = (
+            f"; measured x_pos {figures['mean_x_pos']:.0f}, flag rate {figures['flag_rate']:.2f} "
+            f"over {figures['episodes']} episodes at epsilon {figures['epsilon']:g}"
+            if figures
+            else ""
         )
+        print(f"playing {policy.path}: trained for {policy.frames} frames{measured}")
     env = build_env(policy.config, policy.env_id, seed=args.seed)
     results = []
     writer = open_video(out, video_fps(policy.env_id, policy.config.frame_skip))

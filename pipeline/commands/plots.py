@@ -29,6 +29,7 @@ from pathlib import Path
 
 from pipeline.common.errors import OneLineParser, UserError
 from pipeline.common.files import atomic_write
+from pipeline.common.gauges import EVAL_FLAG_RATE, EVAL_FRAMES, EVAL_GREEDY_X_POS, EVAL_RETURN, EVAL_X_POS, EVALUATIONS
 
 __all__ = ["FIGURES", "build_parser", "plot_command", "plot_run", "read_metrics", "series"]
 
@@ -46,15 +47,15 @@ EVALUATION = "evaluation (mean of its episodes)"
 GREEDY = "evaluation's greedy episode"
 FIGURES: dict[str, tuple[Panel, ...]] = {
     "returns.png": (
-        Panel("episode return", (("episode_return", TRAINING), ("eval_return", EVALUATION)), "return"),
+        Panel("episode return", (("episode_return", TRAINING), (EVAL_RETURN, EVALUATION)), "return"),
         Panel(
             "x position at the episode's end",
-            (("episode_x_pos", TRAINING), ("eval_x_pos", EVALUATION), ("eval_greedy_x_pos", GREEDY)),
+            (("episode_x_pos", TRAINING), (EVAL_X_POS, EVALUATION), (EVAL_GREEDY_X_POS, GREEDY)),
             "x_pos",
         ),
     ),
     "flag_rate.png": (
-        Panel("flag rate", (("flag_rate", TRAINING), ("eval_flag_rate", EVALUATION)), "share of episodes"),
+        Panel("flag rate", (("flag_rate", TRAINING), (EVAL_FLAG_RATE, EVALUATION)), "share of episodes"),
     ),
     "throughput.png": (
         Panel("emulator frames per second", (("frames_per_s", "frames/s"),), "frames/s", x="time_s"),
@@ -66,13 +67,11 @@ FIGURES: dict[str, tuple[Panel, ...]] = {
     ),
 }
 # Columns that only some runs have; their absence is not worth a warning.
-OPTIONAL = frozenset({"eval_return", "eval_x_pos", "eval_greedy_x_pos", "eval_flag_rate"})
+OPTIONAL = frozenset({EVAL_RETURN, EVAL_X_POS, EVAL_GREEDY_X_POS, EVAL_FLAG_RATE})
 # The monitor repeats the latest evaluation on every row; ``evaluations`` counts them,
 # so a row where it grew is the row where a new evaluation arrived.
+# EVAL_FRAMES, the frames of the weights each evaluation played, is its x on a frames axis.
 EVAL_COLUMNS = OPTIONAL
-EVAL_COUNT = "evaluations"
-# The frames of the weights each evaluation played: its x on a frames axis.
-EVAL_FRAMES = "eval_frames"
 
 
 def _number(text: str | None) -> float:
@@ -113,7 +112,7 @@ def _x_axis(metrics: dict[str, list[float]], wanted: str) -> tuple[list[float], 
 
 def _new_evaluation_rows(metrics: dict[str, list[float]]) -> list[bool] | None:
     """Per row: did a new evaluation arrive at it? None when the CSV does not say."""
-    counts = metrics.get(EVAL_COUNT)
+    counts = metrics.get(EVALUATIONS)
     if counts is None:
         return None
     # Compared with the row before, not with the maximum: a resumed run counts from 0 again.
@@ -171,7 +170,7 @@ def plot_run(run_dir: Path, out_dir: Path) -> tuple[list[Path], list[str]]:
                         notes.append(f"{name}: {column} has no values yet")
                     continue
                 px, py = zip(*points)
-                per_evaluation = column in EVAL_COLUMNS and EVAL_COUNT in metrics
+                per_evaluation = column in EVAL_COLUMNS and EVALUATIONS in metrics
                 marker = "o" if per_evaluation else ("." if len(points) < 3 else None)
                 ax.plot(px, py, label=label, marker=marker, markersize=4)
                 drawn = True

@@ -4,4 +4,6 @@
   :class:`OneLineParser` (argparse that reports a bad flag in one line).
 - :mod:`~pipeline.common.files`: atomic writes (temp file, fsync, rename) and the
   output-path check every command that writes a file runs first.
+- :mod:`~pipeline.common.gauges`: the names of the gauges that several layers name (the
+  steadiness probe's and the evaluator's), for the monitor, the benchmark and ``plot``.
 """

@@ -1,6 +1,7 @@
 """The policy of a trained run, and the episode loop that ``eval``, ``play`` and the evaluator share.
 
-* :func:`load_policy` loads a checkpoint written by ``Trainer.save`` and rebuilds its
+* :func:`load_policy` loads a checkpoint written by ``Trainer.save``, a mark or an export
+  (:mod:`~pipeline.learning.shipped`; none given: the shipped network) and rebuilds its
   Q-network (eval mode, BatchNorm running statistics) and the env settings it was
   trained with; another env id may be played if it has the same number of actions.
 * :func:`play_episode` plays one episode and yields a :class:`Step` per agent step
@@ -71,6 +72,7 @@ class Policy:
         env_id: the env to play (the checkpoint's, or the ``--env`` override).
         frames: emulator frames the run had trained for (``counters["frames"]``).
         path: the checkpoint file.
+        provenance: an export's record of where it came from (None for checkpoints and marks).
     """
 
     model: Any
@@ -80,17 +82,35 @@ class Policy:
     env_id: str
     frames: int
     path: Path
+    provenance: dict[str, Any] | None = None
 
 
-def resolve_checkpoint(text: str | os.PathLike[str]) -> Path:
-    """Map ``--checkpoint`` (a file, or a run / checkpoints directory) to a checkpoint file."""
+def resolve_checkpoint(text: str | os.PathLike[str] | None, env_id: str | None = None) -> Path:
+    """Map ``--checkpoint`` to a file: a checkpoint, mark or export file; a run or
+    checkpoints directory (its newest ``ckpt-<frames>.pt``); a shipped name (an env id,
+    ``models/trained/<name>.pt``); or, for ``None``, the shipped file of ``env_id`` (default:
+    ``ENV_ID`` in config.py, else the default env id)."""
     from pipeline.learning.checkpoint import CHECKPOINT_PATTERN
+    from pipeline.learning.shipped import default_env_id, is_shipped_name, shipped_names, shipped_path
 
+    if text is None:
+        env_id = env_id or default_env_id()
+        path = shipped_path(env_id)
+        if not path.is_file():
+            have = ", ".join(shipped_names()) or "none"
+            raise UserError(
+                f"no shipped network for {env_id} ({path} does not exist; shipped: {have}); pass --checkpoint "
+                "PATH, or make one with python main.py export --checkpoint RUN"
+            )
+        return path
     path = Path(text)
+    if not path.exists() and is_shipped_name(str(text)) and shipped_path(str(text)).is_file():
+        return shipped_path(str(text))
     if not path.exists():
+        have = ", ".join(shipped_names())
         raise UserError(
             f"checkpoint {str(path)!r} does not exist; pass a checkpoint file (runs/<run>/checkpoints/"
-            "ckpt-<frames>.pt) or a run directory"
+            "ckpt-<frames>.pt), a run directory" + (f" or a shipped name ({have})" if have else "")
         )
     if not path.is_dir():
         return path
@@ -147,8 +167,9 @@ def network_of(config: Config, num_actions: int) -> Any:
     )
 
 
-def load_policy(path: str | os.PathLike[str], env_id: str | None = None) -> Policy:
-    """Load a ``Trainer.save`` checkpoint into a ready-to-act :class:`Policy`.
+def load_policy(path: str | os.PathLike[str] | None, env_id: str | None = None) -> Policy:
+    """Load a checkpoint, a mark or an export into a ready-to-act :class:`Policy`
+    (``path`` as :func:`resolve_checkpoint` takes it: ``None`` is the shipped network).
 
     Raises:
         UserError: missing file, or the env (``env_id`` or the checkpoint's own) has a
@@ -157,8 +178,9 @@ def load_policy(path: str | os.PathLike[str], env_id: str | None = None) -> Poli
             weights that do not fit the network its config describes.
     """
     from pipeline.learning.checkpoint import CheckpointError, check_compatible, load_checkpoint
+    from pipeline.learning.shipped import acting_weights
 
-    path = resolve_checkpoint(path)
+    path = resolve_checkpoint(path, env_id)
     try:
         payload = load_checkpoint(path)
     except CheckpointError as exc:
@@ -171,7 +193,7 @@ def load_policy(path: str | os.PathLike[str], env_id: str | None = None) -> Poli
         ) from None
     try:
         # The weights the run acted with: its acting copy (acting_tau) when it had one.
-        online = payload["learner"].get("acting") or payload["learner"]["online"]
+        online = acting_weights(payload)
         config = Config.from_dict(dict(payload["config"]))
         num_actions = int(payload["num_actions"])
     except (KeyError, TypeError, ValueError) as exc:
@@ -196,6 +218,7 @@ def load_policy(path: str | os.PathLike[str], env_id: str | None = None) -> Poli
         env_id=env_id,
         frames=int(counters.get("frames", 0)),
         path=path,
+        provenance=payload.get("provenance"),
     )
 
 
@@ -220,12 +243,23 @@ def constant_action_model(action: int, num_actions: int) -> Callable[..., Any]:
 
 
 def build_env(config: Config, env_id: str | None = None, seed: int | None = None):
-    """The env a run's policy plays in: its settings, but rewards unscaled (game units)."""
+    """The env a run's policy plays in: its settings, but rewards unscaled (game units).
+
+    The run's stage list only goes with a random-stages id: another id (one stage of the
+    list, played alone) is built without it.
+    """
     from envs import make_env
+    from envs.ids import EnvIdError, parse_env_id
 
     env_id = env_id or config.env_id
+    kwargs = config.env_kwargs(reward_scale=1.0)
     try:
-        return make_env(env_id, seed=seed, **config.env_kwargs(reward_scale=1.0))
+        if parse_env_id(env_id).kind != "mario_random_stages":
+            kwargs["stages"] = ""
+    except EnvIdError:
+        pass  # make_env says what is wrong with it below
+    try:
+        return make_env(env_id, seed=seed, **kwargs)
     except ValueError as exc:  # EnvIdError, or a bad setting in the checkpoint's config
         raise UserError(f"cannot build env {env_id}: {exc}") from None
 

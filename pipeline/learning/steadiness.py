@@ -44,14 +44,18 @@ from dataclasses import asdict, dataclass
 import torch
 from torch import nn
 
+from pipeline.common.gauges import steadiness_gauge
 from pipeline.learning.batchnorm_stats import preserved_statistics
 
-__all__ = ["STEADINESS_GAUGES", "SteadinessFigures", "SteadinessProbe"]
+__all__ = ["SteadinessFigures", "SteadinessProbe"]
 
 
 @dataclass(frozen=True)
 class SteadinessFigures:
-    """One measurement on the probe set (see the module docstring); NaN = not measured."""
+    """One measurement on the probe set (see the module docstring); NaN = not measured.
+
+    Its fields are the figures of :data:`~pipeline.common.gauges.STEADINESS_FIGURES`;
+    their order here is the order of their columns in the monitor's CSV."""
 
     agreement: float = math.nan
     churn: float = math.nan
@@ -61,11 +65,8 @@ class SteadinessFigures:
     train_agreement: float = math.nan
 
     def gauges(self) -> dict[str, float]:
-        """The monitor's gauges of these figures (:data:`STEADINESS_GAUGES`)."""
-        return {f"steady_{name}": value for name, value in asdict(self).items()}
-
-
-STEADINESS_GAUGES: tuple[str, ...] = tuple(SteadinessFigures().gauges())
+        """The monitor's gauges of these figures (:func:`~pipeline.common.gauges.steadiness_gauge`)."""
+        return {steadiness_gauge(name): value for name, value in asdict(self).items()}
 
 
 class SteadinessProbe:

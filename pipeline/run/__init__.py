@@ -3,13 +3,15 @@
 - :mod:`~pipeline.run.collector`: the collector process (emulators, acting, ring writes).
 - :mod:`~pipeline.run.supervisor`: starts, watches and restarts collectors.
 - :mod:`~pipeline.run.consolidator`: the asyncio task that drains the rings into replay.
-- :mod:`~pipeline.run.evaluator`: evaluations beside training, best video;
-  :mod:`~pipeline.run.eval_protocol`: the protocol it and the learning benchmark share
-  (episodes at an epsilon, each from a seed of its own; mean and median x_pos, flag rate);
+- :mod:`~pipeline.run.evaluator` (a sub-package): evaluations beside training, best
+  video; the protocol it and the learning benchmark share (episodes at an epsilon, each
+  from a seed of its own; mean and median x_pos, flag rate), training's hold for an
+  overdue evaluation, and the trainer's side of it;
   :mod:`~pipeline.run.value_check`: the values of those episodes' greedy steps against
   the returns that followed them (``eval --values``).
-- :mod:`~pipeline.run.monitor`, :mod:`~pipeline.run.procstats`: the throughput monitor
-  and its typed snapshot keys.
+- :mod:`~pipeline.run.monitor` (a sub-package): the throughput monitor, the typed keys
+  of its snapshots, its log line and live table; :mod:`~pipeline.run.procstats`: CPU and
+  memory of a process, for its rows.
 - :mod:`~pipeline.run.collection`: the interface of a backend that runs the collectors
   elsewhere (the Ray backend, :mod:`pipeline.cluster`), handed to the trainer.
 - :mod:`~pipeline.run.trainer`: the learner process, one event loop running all of them;
@@ -17,7 +19,7 @@
   :mod:`~pipeline.run.startup` builds what it needs (run directory, learner, replay),
   :mod:`~pipeline.run.pacing` holds the replay ratio and epsilon schedule,
   :mod:`~pipeline.run.snapshots` turns counters into the monitor's snapshot,
-  :mod:`~pipeline.run.evaluations` and :mod:`~pipeline.run.run_checkpoints` drive the
+  :mod:`~pipeline.run.evaluator.evaluations` and :mod:`~pipeline.run.run_checkpoints` drive the
   evaluator and the checkpoints, :mod:`~pipeline.run.write_failures` reports a write that
   fails while the run goes on.
 - :mod:`~pipeline.run.preflight`: the machine's limits checked before a run starts, and

@@ -38,9 +38,9 @@ from pipeline.learning.flat_state import state_numel
 from pipeline.run.collection import CollectionBackend
 from pipeline.run.collector import CollectorArgs
 from pipeline.run.consolidator import Consolidator
-from pipeline.run.evaluations import Evaluations
-from pipeline.run.monitor import Monitor
-from pipeline.run.monitor_keys import COUNTER_KEYS, CounterKey, LearnerPhase
+from pipeline.run.evaluator.evaluations import Evaluations
+from pipeline.run.monitor.keys import COUNTER_KEYS, CounterKey, LearnerPhase
+from pipeline.run.monitor.monitor import Monitor
 from pipeline.run.pacing import RateLimiter, next_mark
 from pipeline.run.preflight import RunLock
 from pipeline.run.run_checkpoints import RunCheckpoints, checkpoint_payload, resume_from, rolling_return

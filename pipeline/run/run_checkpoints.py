@@ -31,7 +31,7 @@ from pipeline.learning.checkpoint import (
     save_checkpoint,
 )
 from pipeline.learning.learner import Learner
-from pipeline.run.monitor_keys import COUNTER_KEYS, CounterKey
+from pipeline.run.monitor.keys import COUNTER_KEYS, CounterKey
 from pipeline.run.write_failures import MB, free_space, short_reason
 from pipeline.transport.episodes import EpisodeSummary
 

@@ -1,9 +1,9 @@
 """What a training run reports about itself, read from the pipeline's live objects.
 
 Every monitor tick the trainer copies each slot's counters once (:func:`copy_slot_counters`)
-and builds the :class:`~pipeline.run.monitor.Snapshot` from the copies with the functions
+and builds the :class:`~pipeline.run.monitor.monitor.Snapshot` from the copies with the functions
 here: the cumulative counters, one row per collector process, and the gauges of
-learning and of the processes. The key names come from :mod:`pipeline.run.monitor`.
+learning and of the processes. The key names come from :mod:`pipeline.run.monitor.keys`.
 At the end of the run, :func:`run_summary` is what goes into ``summary.json``.
 
 Key order matters: the monitor's CSV takes its columns from the first row, in order, so
@@ -22,8 +22,8 @@ import torch
 
 from pipeline.learning.learner import Learner
 from pipeline.run.consolidator import Consolidator
-from pipeline.run.evaluations import Evaluations
-from pipeline.run.monitor_keys import (
+from pipeline.run.evaluator.evaluations import Evaluations
+from pipeline.run.monitor.keys import (
     CounterKey,
     LearnerPhase,
     collector_phase_key,

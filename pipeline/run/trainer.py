@@ -33,7 +33,7 @@ This module is the Trainer's tasks and its event loop; the pieces it assembles l
 :mod:`~pipeline.run.startup` (run directory, resume, device, learner and replay),
 :mod:`~pipeline.run.pacing` (replay-ratio limiter, epsilon schedule),
 :mod:`~pipeline.run.snapshots` (the monitor snapshot's parts, summary.json),
-:mod:`~pipeline.run.evaluations` (the evaluator's results and gauges) and
+:mod:`~pipeline.run.evaluator.evaluations` (the evaluator's results and gauges) and
 :mod:`~pipeline.run.run_checkpoints` (periodic, final and best checkpoints, resuming).
 """
 
@@ -53,10 +53,10 @@ from pipeline.learning.checkpoint import CheckpointError
 from pipeline.learning.flat_state import flatten_state
 from pipeline.run.collection import CollectionBackend
 from pipeline.run.consolidator import Consolidator
-from pipeline.run.evaluations import Evaluations
+from pipeline.run.evaluator.evaluations import Evaluations
 from pipeline.run.lifecycle import StartupInterrupts, TrainerLifecycle
-from pipeline.run.monitor import Monitor, Snapshot
-from pipeline.run.monitor_keys import COUNTER_KEYS, LEARNER_PHASES, CounterKey, LearnerPhase
+from pipeline.run.monitor.keys import COUNTER_KEYS, LEARNER_PHASES, CounterKey, LearnerPhase
+from pipeline.run.monitor.monitor import Monitor, Snapshot
 from pipeline.run.pacing import epsilon_at, next_mark, priority_beta_at
 from pipeline.run.preflight import RunLock
 from pipeline.run.run_checkpoints import cloned, mark_payload, save_mark

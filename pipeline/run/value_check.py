@@ -16,7 +16,7 @@ import statistics
 from typing import Any
 
 from pipeline.learning.policy import EpisodeResult
-from pipeline.run.eval_protocol import Protocol, protocol_steps
+from pipeline.run.evaluator.protocol import Protocol, protocol_steps
 
 __all__ = ["value_check"]
 
@@ -54,7 +54,7 @@ def value_check(
     gamma: float,
     reward_scale: float,
 ) -> tuple[list[EpisodeResult], dict[str, float]]:
-    """Play ``protocol`` (the same episodes as :func:`~pipeline.run.eval_protocol.play_protocol`)
+    """Play ``protocol`` (the same episodes as :func:`~pipeline.run.evaluator.protocol.play_protocol`)
     and return the episodes' results and the value figures of their greedy steps.
 
     ``env`` gives rewards in game units (:func:`~pipeline.learning.policy.build_env`);

@@ -47,7 +47,7 @@ from pipeline.bench.learning_figures import (
 from pipeline.bench.options import PART_HELP, PARTS
 from pipeline.common.errors import UserError
 from pipeline.learning.checkpoint import save_checkpoint
-from pipeline.run.eval_protocol import Protocol
+from pipeline.run.evaluator.protocol import Protocol
 
 ROOT = Path(__file__).resolve().parents[3]
 CATCH = Config(env_id="Catch-v0")

@@ -153,6 +153,47 @@ def test_eval_matches_an_independent_run_of_the_same_seed(tmp_path, capsys, epsi
         assert all(length <= max_steps for length in data["per_episode"]["length"])
     printed = capsys.readouterr().out
     assert f"x_pos mean {statistics.fmean(xs):.1f}" in printed and "flag rate" in printed
+    # Catch has no one stage: the per-stage table is one row, "all", of the same figures.
+    assert data["stages"] == [
+        {"stage": "", "episodes": 4, "mean_x_pos": data["mean_x_pos"], "flag_rate": data["flag_rate"], "along": None}
+    ]
+    assert printed.splitlines()[-2].split()[0] == "all"  # the table, then "wrote ..."
+
+
+def test_a_random_stages_run_is_evaluated_on_each_listed_stage(tmp_path, capsys):
+    """Each stage of the run's list is played as its fixed id with the whole protocol
+    (the same seeds on each), and the table has its row: the mean x_pos, that over the
+    stage's end (3161 for 1-1, 2425 for 1-3) and the flag rate."""
+    env_id = "SuperMarioBrosRandomStages-v0"
+    ckpt, state = make_checkpoint(tmp_path / "ckpt-000000001000.pt", env_id, stages="1-3,1-1")
+    argv = ["--checkpoint", str(ckpt), "--episodes", "2", "--seed", "5", "--epsilon", "0.5", "--max-steps", "25"]
+    assert eval_command([*argv, "--json", str(tmp_path / "stages.json")]) == 0
+    data = json.loads((tmp_path / "stages.json").read_text())
+    expected = {
+        stage: replicate(state, f"SuperMarioBros-{stage}-v0", episodes=2, seed=5, epsilon=0.5, max_steps=25)
+        for stage in ("1-3", "1-1")
+    }
+    ends = {"1-3": 2425, "1-1": 3161}
+    assert [row["stage"] for row in data["stages"]] == ["1-3", "1-1"]
+    for row in data["stages"]:
+        xs = [e["x_pos"] for e in expected[row["stage"]]]
+        assert row["episodes"] == 2
+        assert row["mean_x_pos"] == pytest.approx(statistics.fmean(xs))
+        assert row["along"] == pytest.approx(statistics.fmean(xs) / ends[row["stage"]])
+        assert row["flag_rate"] == 0.0
+    assert data["per_episode"]["x_pos"] == [e["x_pos"] for stage in ("1-3", "1-1") for e in expected[stage]]
+    assert data["per_episode"]["stage"] == [3, 3, 1, 1]
+    printed = capsys.readouterr().out
+    assert "2 stages (1-3, 1-1): 2 episode(s) each" in printed
+    table = printed.splitlines()[-3:-1]  # the table's rows, then "wrote ..."
+    assert [line.split()[0] for line in table] == ["1-3", "1-1"]
+    # --stages picks among them; a bad list is one clear error.
+    assert eval_command([*argv, "--stages", "1-1", "--json", str(tmp_path / "one.json")]) == 0
+    one = json.loads((tmp_path / "one.json").read_text())
+    assert one["stages"] == [row for row in data["stages"] if row["stage"] == "1-1"]
+    with pytest.raises(UserError, match="1-1,1-1") as info:
+        eval_command([*argv, "--stages", "1-1,1-1"])
+    assert "twice" in str(info.value) and "\n" not in str(info.value)
 
 
 def test_values_are_the_greedy_steps_q_beside_the_discounted_return_that_followed(tmp_path, capsys):

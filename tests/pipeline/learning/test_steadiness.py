@@ -4,12 +4,14 @@ small BatchNorm network."""
 from __future__ import annotations
 
 import math
+from dataclasses import fields
 
 import pytest
 import torch
 from torch import nn
 
-from pipeline.learning.steadiness import STEADINESS_GAUGES, SteadinessFigures, SteadinessProbe
+from pipeline.common.gauges import STEADINESS_FIGURES, STEADINESS_GAUGES
+from pipeline.learning.steadiness import SteadinessFigures, SteadinessProbe
 
 FEATURES, ACTIONS, CHUNK = 3, 4, 4
 
@@ -154,7 +156,8 @@ def test_the_previous_action_reaches_the_network_chunk_by_chunk() -> None:
 
 
 def test_gauges_and_bad_arguments() -> None:
-    assert STEADINESS_GAUGES == (
+    gauges = SteadinessFigures().gauges()
+    assert tuple(gauges) == (
         "steady_agreement",
         "steady_churn",
         "steady_q_offset",
@@ -162,7 +165,10 @@ def test_gauges_and_bad_arguments() -> None:
         "steady_expected_agreement",
         "steady_train_agreement",
     )
-    assert all(math.isnan(v) for v in SteadinessFigures().gauges().values())
+    # Every figure the probe measures is a named one, and every named one is measured.
+    assert {f.name for f in fields(SteadinessFigures)} == set(STEADINESS_FIGURES)
+    assert set(gauges) == set(STEADINESS_GAUGES)
+    assert all(math.isnan(v) for v in gauges.values())
     with pytest.raises(ValueError, match="at least 2 states"):
         SteadinessProbe(torch.zeros(1, FEATURES), None, CHUNK)
     with pytest.raises(ValueError, match="chunk"):

@@ -26,7 +26,7 @@ from pipeline.learning.learner import Learner
 from pipeline.learning.learner_compile import caused_by_interrupt
 from pipeline.learning.learner_settings import LearnerSettings
 from pipeline.run.lifecycle import StartupInterrupts
-from pipeline.run.monitor_keys import COUNTER_KEYS
+from pipeline.run.monitor.keys import COUNTER_KEYS
 from pipeline.run.run_checkpoints import checkpoint_payload
 from pipeline.run.startup import network_mismatch, save_replay, saved_replay_problem
 from pipeline.run.write_failures import WriteFailures

@@ -10,7 +10,8 @@ which no rate over seconds notices). Only evaluating counts: start-up and the sl
 between evaluations are outside.
 
 The learner turns them into the ``evaluator_steps``, ``evaluator_eval_cpu_s`` and
-``evaluator_eval_wall_s`` gauges (:mod:`~pipeline.run.evaluations`); the benchmark's
+``evaluator_eval_wall_s`` gauges (:data:`~pipeline.common.gauges.EVALUATOR_PROGRESS_GAUGES`,
+by :mod:`~pipeline.run.evaluator.evaluations`); the benchmark's
 evaluator part divides them over its window (:mod:`~pipeline.bench.parts_training`).
 """
 
@@ -21,8 +22,10 @@ from typing import Any
 
 import gymnasium
 
-STEPS, CPU_S, WALL_S = range(3)
-GAUGES = {"evaluator_steps": STEPS, "evaluator_eval_cpu_s": CPU_S, "evaluator_eval_wall_s": WALL_S}
+from pipeline.common.gauges import EVALUATOR_EVAL_CPU_S, EVALUATOR_EVAL_WALL_S, EVALUATOR_STEPS
+
+STEPS, CPU_S, WALL_S = range(3)  # places in the shared array
+GAUGES = {EVALUATOR_STEPS: STEPS, EVALUATOR_EVAL_CPU_S: CPU_S, EVALUATOR_EVAL_WALL_S: WALL_S}
 
 
 def new_progress(ctx: Any) -> Any:

@@ -1,17 +1,17 @@
-"""The keys of the run's figures: every name a :class:`~pipeline.run.monitor.Snapshot`
+"""The keys of the run's figures: every name a :class:`~pipeline.run.monitor.monitor.Snapshot`
 carries that more than one module names, defined once.
 
 The counters (:data:`COUNTER_KEYS`), the phases' keys (:func:`collector_phase_key`,
-:func:`learner_phase_key`), the evaluator's gauges (:data:`EVAL_GAUGES`) and the collector
-nodes' gauges (:func:`node_gauge_key`). The trainer builds snapshots with them
-(:mod:`pipeline.run.snapshots`); the monitor (:mod:`pipeline.run.monitor`) and its views
-(:mod:`pipeline.run.monitor_view`) read them.
+:func:`learner_phase_key`) and the collector nodes' gauges (:func:`node_gauge_key`); the
+gauges that other layers name too (the steadiness probe's, the evaluator's) are in
+:mod:`pipeline.common.gauges`. The trainer builds snapshots with them
+(:mod:`pipeline.run.snapshots`); the monitor (:mod:`pipeline.run.monitor.monitor`) and its views
+(:mod:`pipeline.run.monitor.view`) read them.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from types import MappingProxyType
 from typing import Final, Literal, get_args
 
 from pipeline.transport.ring import CollectorPhase
@@ -48,46 +48,6 @@ def share_key(phase_key: str) -> str:
     """The derived row's percent-of-wall-time column of a phase counter (``*_ns`` -> ``*_pct``)."""
     return phase_key.removesuffix("_ns") + "_pct"
 
-
-# The evaluator's gauges, in the order they are reported (and so the CSV's column order).
-EvalGauge = Literal[
-    "evaluations",
-    "eval_return",
-    "eval_x_pos",
-    "eval_median_x_pos",
-    "eval_max_x_pos",
-    "eval_flag_rate",
-    "eval_greedy_x_pos",
-    "eval_first_flag_frames",
-    "eval_length",
-    "eval_best_return",
-    "eval_weights_version",
-    "eval_frames",
-    "eval_s",
-    "eval_cpu_s",
-    "eval_wall_s_total",
-    "eval_cpu_s_total",
-]
-EVAL_GAUGES: Final[tuple[EvalGauge, ...]] = get_args(EvalGauge)
-# The gauges that show one field of the newest evaluation result (NaN before the first);
-# the field names are those pipeline.run.evaluator puts in its results.
-EVAL_RESULT_FIELDS: Final[Mapping[EvalGauge, str]] = MappingProxyType(
-    {
-        "eval_return": "mean_return",
-        "eval_x_pos": "mean_x_pos",
-        "eval_median_x_pos": "median_x_pos",
-        "eval_max_x_pos": "max_x_pos",
-        "eval_flag_rate": "flag_rate",
-        "eval_greedy_x_pos": "greedy_x_pos",
-        "eval_length": "mean_length",
-        "eval_best_return": "best_return",
-        "eval_weights_version": "weights_version",
-        # The frames of the evaluated weights: a niced evaluator's result arrives later.
-        "eval_frames": "frames",
-        "eval_s": "eval_s",
-        "eval_cpu_s": "cpu_s",
-    }
-)
 
 # Per collector node with the Ray backend (pipeline.cluster): one gauge of each kind per
 # node place, keyed by :func:`node_gauge_key`.

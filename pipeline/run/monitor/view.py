@@ -1,6 +1,6 @@
 """What the monitor shows: the plain log line and the live table (rich) of a derived row.
 
-:class:`~pipeline.run.monitor.Monitor` derives the row (rates, phase shares, gauges) and
+:class:`~pipeline.run.monitor.monitor.Monitor` derives the row (rates, phase shares, gauges) and
 hands it here; these functions only format it. A figure that is NaN (not measured yet, or
 not measured by this run) shows as "-" in the table and is left out of the log line where
 a whole group of figures is missing.
@@ -12,7 +12,21 @@ import math
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from pipeline.run.monitor_keys import (
+from pipeline.common.gauges import (
+    EVAL_FIRST_FLAG_FRAMES,
+    EVAL_FLAG_RATE,
+    EVAL_GREEDY_X_POS,
+    EVAL_MEDIAN_X_POS,
+    EVAL_RETURN,
+    EVAL_WEIGHTS_VERSION,
+    EVAL_X_POS,
+    EVALUATIONS,
+    EVALUATOR_CPU_PCT,
+    STEADINESS_FIGURES,
+    STEADINESS_LABELS,
+    steadiness_gauge,
+)
+from pipeline.run.monitor.keys import (
     LEARNER_PHASES,
     RATE_COUNTERS,
     collector_phase_key,
@@ -32,6 +46,9 @@ def log_line(row: dict[str, float], status: str = "") -> str:
 
     def g(key: str) -> float:
         return row.get(key, float("nan"))
+
+    def steady(figure: str) -> float:
+        return g(steadiness_gauge(figure))
 
     return (
         f"{status} frames {g('frames'):.0f} | {g('frames_per_s'):.0f} frames/s "
@@ -55,22 +72,22 @@ def log_line(row: dict[str, float], status: str = "") -> str:
             for p in node_positions(row)
         )
         + (
-            f" | steady agree {g('steady_agreement'):.3f}"
+            f" | steady agree {steady('agreement'):.3f}"
             + (
-                f" (mean {g('steady_expected_agreement'):.3f}, train/train {g('steady_train_agreement'):.3f})"
+                f" (mean {steady('expected_agreement'):.3f}, train/train {steady('train_agreement'):.3f})"
                 # NaN with a single batching (steadiness_batchings=1): nothing to compare it with
-                if not math.isnan(g("steady_train_agreement"))
+                if not math.isnan(steady("train_agreement"))
                 else ""
             )
-            + f" churn {g('steady_churn'):.3f}"
-            f" offset {g('steady_q_offset'):.3f} gap {g('steady_action_gap'):.3f}"
-            if not math.isnan(g("steady_agreement"))
+            + f" churn {steady('churn'):.3f}"
+            f" offset {steady('q_offset'):.3f} gap {steady('action_gap'):.3f}"
+            if not math.isnan(steady("agreement"))
             else ""
         )
         + (
-            f" | eval return {g('eval_return'):.1f} x {g('eval_x_pos'):.0f} greedy {g('eval_greedy_x_pos'):.0f}"
-            f" flag {g('eval_flag_rate'):.2f}"
-            if row.get("evaluations")
+            f" | eval return {g(EVAL_RETURN):.1f} x {g(EVAL_X_POS):.0f} greedy {g(EVAL_GREEDY_X_POS):.0f}"
+            f" flag {g(EVAL_FLAG_RATE):.2f}"
+            if row.get(EVALUATIONS)
             else ""
         )
     ).strip()
@@ -117,9 +134,9 @@ def render_table(
         ("ring fill %", f("ring_fill_pct", "{:.1f}")),
         ("stall %", f("stall_pct", "{:.1f}")),
         ("longest poll gap ms", f("poll_gap_ms", "{:.1f}")),
-        ("evaluations", f("evaluations")),
-        ("evaluated weights v", f("eval_weights_version")),
-        ("evaluator CPU %", f("evaluator_cpu_pct", "{:.0f}")),
+        ("evaluations", f(EVALUATIONS)),
+        ("evaluated weights v", f(EVAL_WEIGHTS_VERSION)),
+        ("evaluator CPU %", f(EVALUATOR_CPU_PCT, "{:.0f}")),
     ]
     right = [
         ("return (last 100)", f("episode_return", "{:.1f}")),
@@ -132,23 +149,21 @@ def render_table(
         ("learner RSS MB", f("learner_rss_mb")),
         ("GPU util %", f("gpu_util_pct", "{:.0f}")),
         ("GPU mem MB", f("gpu_mem_mb")),
-        ("eval return", f("eval_return", "{:.1f}")),
+        ("eval return", f(EVAL_RETURN, "{:.1f}")),
         (
             "eval x_pos mean / median / greedy",
-            f"{f('eval_x_pos')} / {f('eval_median_x_pos')} / {f('eval_greedy_x_pos')}",
+            f"{f(EVAL_X_POS)} / {f(EVAL_MEDIAN_X_POS)} / {f(EVAL_GREEDY_X_POS)}",
         ),
         (
             "eval flag rate (first flag at frames)",
-            f"{f('eval_flag_rate', '{:.2f}')} ({f('eval_first_flag_frames')})",
+            f"{f(EVAL_FLAG_RATE, '{:.2f}')} ({f(EVAL_FIRST_FLAG_FRAMES)})",
         ),
     ]
-    # The steadiness probe's last figures (pipeline.learning.steadiness).
-    left.append(("BN train/eval agreement", f("steady_agreement", "{:.3f}")))
-    right.append(("greedy churn per publish", f("steady_churn", "{:.3f}")))
-    left.append(("|Q eval - Q train|", f("steady_q_offset", "{:.3f}")))
-    right.append(("median action gap", f("steady_action_gap", "{:.3f}")))
-    left.append(("agreement, batchings' mean", f("steady_expected_agreement", "{:.3f}")))
-    right.append(("train/train agreement", f("steady_train_agreement", "{:.3f}")))
+    # The steadiness probe's last figures (pipeline.learning.steadiness): half of them on
+    # each side, in the order of their labels.
+    half = len(STEADINESS_FIGURES) // 2
+    for side, figures in ((left, STEADINESS_FIGURES[:half]), (right, STEADINESS_FIGURES[half:])):
+        side.extend((STEADINESS_LABELS[name], f(steadiness_gauge(name), "{:.3f}")) for name in figures)
     if row.get("replayed_frames"):  # restarts near the frontier are on
         left.append(("frontier starts (last 100)", f("frontier_start_share", "{:.2f}")))
         right.append(("frames replayed to them", f("replayed_frames")))

@@ -20,8 +20,8 @@ from config import Config
 from models import QNetwork
 from pipeline.learning.flat_state import flatten_state, state_numel
 from pipeline.learning.policy import build_env, single_thread_torch
-from pipeline.run.eval_protocol import Protocol, play_protocol, protocol_figures
-from pipeline.run.evaluator import EVAL_SEED_OFFSET, Evaluator
+from pipeline.run.evaluator.evaluator import Evaluator
+from pipeline.run.evaluator.protocol import EVAL_SEED_OFFSET, Protocol, play_protocol, protocol_figures
 from pipeline.transport import weights as W
 from pipeline.transport.segments import SHM_DIR, create_segment, release, segment_name
 from tests.pipeline import producers as P

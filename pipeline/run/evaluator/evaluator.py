@@ -17,7 +17,7 @@ evaluated are not evaluated again. Results (mean and median x_pos, flag rate, re
 :meth:`Evaluator.poll` without ever blocking; this channel is off the hot path (one
 small dict per evaluation).
 
-The episodes follow :mod:`~pipeline.run.eval_protocol`: episode ``i`` of every
+The episodes follow :mod:`~pipeline.run.evaluator.protocol`: episode ``i`` of every
 evaluation uses the seed ``config.seed + EVAL_SEED_OFFSET + i`` for its reset and its
 random actions, so successive weights versions are compared on the same starts and the
 same weights give the same figures. Returns are in game units (rewards unscaled), like
@@ -38,7 +38,7 @@ asks, when the weights block's stop flag is set, or when its parent dies. It log
 
 With ``max_lag_frames`` > 0 (``eval_max_lag_frames``) training waits for the evaluator
 once an evaluation it has not started is that many frames overdue, so that it evaluates
-at every multiple of the interval however slow the machine (:mod:`~pipeline.run.eval_hold`).
+at every multiple of the interval however slow the machine (:mod:`~pipeline.run.evaluator.hold`).
 
 A run that reaches its frame budget ends with a final evaluation: the learner publishes
 its last weights, calls :meth:`Evaluator.request_final` before it sets the stop flag (so
@@ -71,16 +71,9 @@ from pathlib import Path
 from typing import Any
 
 from config import Config
-from pipeline.run.eval_hold import TrainingHold, hold_frames
-from pipeline.run.eval_progress import new_progress, read_progress
-from pipeline.run.eval_protocol import EVAL_SEED_OFFSET
-
-# EvaluatorArgs and evaluator_main are re-exported (``X as X``): they were defined here,
-# and callers and tests import them from here.
-from pipeline.run.evaluator_process import EvaluatorArgs as EvaluatorArgs
-from pipeline.run.evaluator_process import evaluator_main as evaluator_main
-
-__all__ = ["EVAL_SEED_OFFSET", "Evaluator", "EvaluatorArgs", "evaluator_main"]
+from pipeline.run.evaluator.hold import TrainingHold, hold_frames
+from pipeline.run.evaluator.process import EvaluatorArgs, evaluator_main
+from pipeline.run.evaluator.progress import new_progress, read_progress
 
 
 class Evaluator:
@@ -262,7 +255,7 @@ class Evaluator:
 
     def progress(self) -> dict[str, float]:
         """Agent steps, CPU and wall seconds of evaluating so far, as they go
-        (:mod:`~pipeline.run.eval_progress`; NaN before :meth:`start`)."""
+        (:mod:`~pipeline.run.evaluator.progress`; NaN before :meth:`start`)."""
         return read_progress(self._progress)
 
     @property

@@ -1,10 +1,10 @@
 """The trainer's side of the evaluator process: start it, take its results, report them.
 
 The evaluator (:mod:`pipeline.run.evaluator`) plays ``eval_episodes`` episodes at
-``eval_epsilon`` (the protocol of :mod:`~pipeline.run.eval_protocol`) with the published
+``eval_epsilon`` (the protocol of :mod:`~pipeline.run.evaluator.protocol`) with the published
 weights in a process of its own. Here, in the learner, its results are taken without
 ever blocking the event loop (once per monitor tick), announced, summed, and turned into
-the ``eval_*`` gauges of the monitor snapshot (:data:`~pipeline.run.monitor_keys.EVAL_GAUGES`).
+the ``eval_*`` gauges of the monitor snapshot (:data:`~pipeline.common.gauges.EVAL_GAUGES`).
 An evaluator that dies is reported once; training goes on without it.
 """
 
@@ -17,9 +17,18 @@ from pathlib import Path
 from typing import Any
 
 from config import Config
-from pipeline.run.evaluator import Evaluator
-from pipeline.run.monitor import Monitor
-from pipeline.run.monitor_keys import EVAL_GAUGES, EVAL_RESULT_FIELDS
+from pipeline.common.gauges import (
+    EVAL_CPU_S_TOTAL,
+    EVAL_FIRST_FLAG_FRAMES,
+    EVAL_GAUGES,
+    EVAL_RESULT_FIELDS,
+    EVAL_WALL_S_TOTAL,
+    EVALUATIONS,
+    EVALUATOR_CPU_PCT,
+    EVALUATOR_RSS_MB,
+)
+from pipeline.run.evaluator.evaluator import Evaluator
+from pipeline.run.monitor.monitor import Monitor
 from pipeline.run.procstats import process_stats
 
 logger = logging.getLogger("mario.trainer")
@@ -103,20 +112,20 @@ class Evaluations:
 
     def gauges(self) -> dict[str, float]:
         """The ``eval_*`` gauges (NaN before the first evaluation), then the evaluator
-        process's CPU and memory and its progress (:mod:`~pipeline.run.eval_progress`)
+        process's CPU and memory and its progress (:mod:`~pipeline.run.evaluator.progress`)
         when there is one."""
         last = self.last or {}
         nan = float("nan")
         values = {gauge: float(last.get(field, nan)) for gauge, field in EVAL_RESULT_FIELDS.items()}
-        values["evaluations"] = float(self.count)
-        values["eval_first_flag_frames"] = self.first_flag_frames
-        values["eval_wall_s_total"] = self.seconds["wall"]
-        values["eval_cpu_s_total"] = self.seconds["cpu"]
+        values[EVALUATIONS] = float(self.count)
+        values[EVAL_FIRST_FLAG_FRAMES] = self.first_flag_frames
+        values[EVAL_WALL_S_TOTAL] = self.seconds["wall"]
+        values[EVAL_CPU_S_TOTAL] = self.seconds["cpu"]
         gauges = {gauge: values[gauge] for gauge in EVAL_GAUGES}
         if self.evaluator is not None:
             stats = process_stats(self.evaluator.pid if self.evaluator.alive else None)
-            gauges["evaluator_cpu_pct"] = stats["cpu_pct"]
-            gauges["evaluator_rss_mb"] = stats["rss_mb"]
+            gauges[EVALUATOR_CPU_PCT] = stats["cpu_pct"]
+            gauges[EVALUATOR_RSS_MB] = stats["rss_mb"]
             # Its steps and seconds of evaluating as they go, not only when an evaluation
             # ends: the benchmark's evaluator part measures its cost from them.
             gauges.update(self.evaluator.progress())

@@ -9,10 +9,11 @@ percent of it, and without a hold it evaluates whichever multiples of the interv
 happens to reach (two in a 40k-frame run on one busy core); with one, it evaluates at
 every multiple however slow the machine, and the run waits for it instead.
 
-The process sets the hold as it goes (:mod:`~pipeline.run.evaluator`); the learner sets
-the first one before the process starts (so its start-up, importing torch at nice 10,
-counts as overdue too) and lifts it when the process stops or dies, so a dead evaluator
-never stalls a run: :class:`TrainingHold`.
+Where the hold goes is :func:`hold_frames`, for both of its writers: the process sets
+the hold as it goes (:mod:`~pipeline.run.evaluator.process`); the learner sets the first
+one before the process starts (so its start-up, importing torch at nice 10, counts as
+overdue too) and lifts it when the process stops or dies, so a dead evaluator never
+stalls a run: :class:`TrainingHold`.
 """
 
 from __future__ import annotations
@@ -23,7 +24,10 @@ from pipeline.run.pacing import next_mark
 
 
 def hold_frames(frames: int, interval_frames: int, max_lag_frames: int) -> int:
-    """Where training waits: ``max_lag_frames`` past the first evaluation due after ``frames``."""
+    """Where training waits: ``max_lag_frames`` past the first evaluation due after ``frames``
+    (0, no hold, without a lag)."""
+    if max_lag_frames <= 0:
+        return 0
     return next_mark(frames, interval_frames) + max_lag_frames
 
 

@@ -1,10 +1,10 @@
 """The evaluator's process: it plays the evaluation protocol on the published weights.
 
-:func:`evaluator_main` is the spawn target that :class:`~pipeline.run.evaluator.Evaluator`
+:func:`evaluator_main` is the spawn target that :class:`~pipeline.run.evaluator.evaluator.Evaluator`
 starts (niced, ignoring SIGINT); its worker loads each new version of the weights from the
 weights block, evaluates at every multiple of the interval in training frames, keeps the
 best episode's video, and sends each result back on a queue. The parent-side handle and
-the whole protocol are described in :mod:`pipeline.run.evaluator`.
+the whole protocol are described in :mod:`pipeline.run.evaluator.evaluator`.
 """
 
 from __future__ import annotations
@@ -22,8 +22,9 @@ from typing import Any
 from config import Config
 from pipeline.common.files import atomic_write
 from pipeline.learning.policy import run_episode
-from pipeline.run.eval_progress import CountingEnv
-from pipeline.run.eval_protocol import EVAL_SEED_OFFSET, Protocol, play_protocol, protocol_figures
+from pipeline.run.evaluator.hold import hold_frames
+from pipeline.run.evaluator.progress import CountingEnv
+from pipeline.run.evaluator.protocol import EVAL_SEED_OFFSET, Protocol, play_protocol, protocol_figures
 from pipeline.run.pacing import next_mark
 
 SLEEP_S = 0.1  # how often an idle evaluator checks its stop conditions
@@ -159,7 +160,7 @@ class _Worker:
         # The first evaluation waits for the first multiple of the interval too: at a run's
         # start the weights are random (a resumed run waits for the next multiple).
         due = next_mark(self.args.start_frames, self.args.interval_frames)
-        self._hold_at(due)
+        self._hold_after(self.args.start_frames)
         failures = 0
         self.logger.info(
             "evaluator started (pid %d): every %d frames, %s, at most %d steps each",
@@ -181,7 +182,7 @@ class _Worker:
             # failure is retried then, not in a loop).
             due = next_mark(frames, self.args.interval_frames)
             if not final:
-                self._hold_at(due)  # started: training may go on until the next one is overdue
+                self._hold_after(frames)  # started: training may go on until the next one is overdue
             try:
                 version = self.evaluate(final=final)
             except Exception:
@@ -197,10 +198,9 @@ class _Worker:
         self.logger.info("evaluator stopping")
         return False
 
-    def _hold_at(self, due: int) -> None:
-        """With ``max_lag_frames``: hold training once the evaluation due at ``due`` is that overdue."""
-        if self.args.max_lag_frames > 0:
-            self.weights.hold_frames = due + self.args.max_lag_frames
+    def _hold_after(self, frames: int) -> None:
+        """With ``max_lag_frames``: hold training once the evaluation due after ``frames`` is that overdue."""
+        self.weights.hold_frames = hold_frames(frames, self.args.interval_frames, self.args.max_lag_frames)
 
     def _rebuild_env(self) -> None:
         try:

@@ -3,7 +3,7 @@ how the episodes were played."""
 
 from __future__ import annotations
 
-from pipeline.run.evaluations import announcement
+from pipeline.run.evaluator.evaluations import announcement
 
 
 def result(**overrides: float) -> dict:

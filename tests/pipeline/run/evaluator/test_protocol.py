@@ -11,7 +11,7 @@ import torch
 from config import Config
 from models import QNetwork
 from pipeline.learning.policy import build_env, single_thread_torch
-from pipeline.run.eval_protocol import (
+from pipeline.run.evaluator.protocol import (
     FIGURE_KEYS,
     Protocol,
     episode_seeds,

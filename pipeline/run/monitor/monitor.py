@@ -9,8 +9,8 @@ otherwise. The same scalars go to a CSV file and TensorBoard in the run director
 Memory stays bounded: the history is a fixed-size deque of snapshots, enough to cover
 the longest window.
 
-The keys a :class:`Snapshot` carries are defined once, in :mod:`pipeline.run.monitor_keys`;
-the log line and the table are drawn by :mod:`pipeline.run.monitor_view`.
+The keys a :class:`Snapshot` carries are defined once, in :mod:`pipeline.run.monitor.keys`;
+the log line and the table are drawn by :mod:`pipeline.run.monitor.view`.
 """
 
 from __future__ import annotations
@@ -26,14 +26,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
-from pipeline.run.monitor_keys import (
+from pipeline.run.monitor.keys import (
     LEARNER_PHASES,
     RATE_COUNTERS,
     collector_phase_key,
     learner_phase_key,
     share_key,
 )
-from pipeline.run.monitor_view import log_line, render_table
+from pipeline.run.monitor.view import log_line, render_table
 from pipeline.transport.ring import COLLECTOR_PHASES
 
 if TYPE_CHECKING:
@@ -268,7 +268,7 @@ class Monitor:
             )
         return rows
 
-    # -- output (the log line and the table: pipeline.run.monitor_view) -----------------------
+    # -- output (the log line and the table: pipeline.run.monitor.view) -----------------------
     def _write_csv(self, row: dict[str, float]) -> None:
         if self._csv_writer is None:
             self.run_path.mkdir(parents=True, exist_ok=True)

@@ -13,8 +13,8 @@ import re
 from rich.console import Console
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from pipeline.run.monitor import Monitor, RateHistory, Snapshot
-from pipeline.run.monitor_view import log_line
+from pipeline.run.monitor.monitor import Monitor, RateHistory, Snapshot
+from pipeline.run.monitor.view import log_line
 
 NAN = float("nan")
 

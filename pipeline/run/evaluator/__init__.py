@@ -1,0 +1,22 @@
+"""The evaluator: evaluations of the published weights beside training, and the best video.
+
+- :mod:`~pipeline.run.evaluator.evaluator`: :class:`Evaluator`, the learner's handle on
+  the evaluator process (start, poll results without blocking, final evaluation, stop);
+  its module docstring describes the whole protocol.
+- :mod:`~pipeline.run.evaluator.process`: the process itself (spawn target), which plays
+  the protocol on each new version of the weights block.
+- :mod:`~pipeline.run.evaluator.protocol`: the evaluation protocol that it, ``eval`` and
+  the learning benchmark share (episodes at an epsilon, each from a seed of its own; mean
+  and median x_pos, flag rate).
+- :mod:`~pipeline.run.evaluator.hold`: where training waits for an overdue evaluation
+  (``eval_max_lag_frames``), and the learner's handle on that hold.
+- :mod:`~pipeline.run.evaluator.progress`: the process's steps and seconds of evaluating,
+  shared as it goes.
+- :mod:`~pipeline.run.evaluator.evaluations`: the trainer's side: start the evaluator,
+  take and announce its results, and turn them into the monitor's gauges.
+
+Uses the run layer's :mod:`~pipeline.run.monitor` (announcements), ``pacing`` and
+``procstats``, and the gauge names of :mod:`pipeline.common.gauges`. The trainer's parts
+use it, and ``value_check``, ``eval``, ``play`` and the learning benchmark use its
+protocol.
+"""
