@@ -2,6 +2,7 @@
 
 Every test module runs under :func:`_no_leaked_segments`: a segment of this project that
 appears in /dev/shm while a module runs and is still there when it ends fails the module.
+The test process itself runs torch on one thread (:func:`_one_torch_thread`).
 """
 
 from __future__ import annotations
@@ -78,6 +79,20 @@ def _leaked_by_us(name: str) -> bool:
         return owner.status() == psutil.STATUS_ZOMBIE or os.getpid() in {p.pid for p in owner.parents()}
     except psutil.NoSuchProcess:
         return True
+
+
+@pytest.fixture(autouse=True)
+def _one_torch_thread() -> None:
+    """The tests' own torch work (small batches, batch-1 forwards) on one thread.
+
+    Beside anything else busy, two intra-op threads wait on each other: the learner tests
+    ran 2-4 times slower with two than with one beside training runs. Set before every
+    test, as code run in this process may set its own (a run's start-up does); the
+    processes the tests start (main.py, collectors) set theirs as a run does.
+    """
+    torch = sys.modules.get("torch")  # collection imported it if any test module uses it
+    if torch is not None:
+        torch.set_num_threads(1)
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -127,6 +127,7 @@ class NodeAgent:
             parent_pid=os.getpid(),
             log_path=str(self.log_dir / f"collector-{index}.log"),
             slots=tuple(range(index * self.k, (index + 1) * self.k)),
+            collectors_before=self.position * self.cfg.num_processes,
         )
 
     # -- lifecycle --------------------------------------------------------------------------

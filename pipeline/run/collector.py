@@ -85,6 +85,10 @@ class CollectorArgs:
     # Where the furthest trajectory of frontier starts is kept across restarts and resumes
     # ("" keeps it in memory: it is lost with the process).
     frontier_path: str = ""
+    # Collectors of the run numbered before this machine's (the Ray backend's earlier node
+    # places): seeds follow the run-wide number, so no two collectors of a run draw the
+    # same episodes and exploration, and a collector seeds as the local one of its number.
+    collectors_before: int = 0
 
 
 class _Stop(Exception):
@@ -157,13 +161,15 @@ class Collector:
         self.counters.state = R.STATE_STARTING
         self.counters.beat()
         starts = self.counters.starts
-        self.rng = np.random.default_rng(self.cfg.seed + 1000 * args.slot + 1_000_003 * starts)
+        number = args.collectors_before + args.slot
+        self.rng = np.random.default_rng(self.cfg.seed + 1000 * number + 1_000_003 * starts)
+        streams_before = args.collectors_before * self.cfg.envs_per_collector
         frame_stack = self.cfg.frame_stack
         self.stacks = np.zeros((len(slots), frame_stack, 84, 84), np.uint8)
         self.stacks_tensor = torch.from_numpy(self.stacks)  # shares memory with stacks
         self.streams = []
         for k, (index, slot) in enumerate(zip(slot_indices, slots)):
-            seed = self.cfg.seed + 1000 * index + 1_000_003 * starts
+            seed = self.cfg.seed + 1000 * (streams_before + index) + 1_000_003 * starts
             self.streams.append(EnvStream(self._build_env(seed), slot, seed, self.stacks[k]))
         self.num_actions = int(self.streams[0].env.action_space.n)
         self.model = network_of(self.cfg, self.num_actions).eval()

@@ -11,6 +11,8 @@ Work is bounded in records and frames; every timeout is a safety net only.
 from __future__ import annotations
 
 import asyncio
+import csv
+import dataclasses
 import json
 import os
 import signal
@@ -80,7 +82,10 @@ class Sink:
 
 
 class _Epsilon:
-    epsilon = 0.5
+    """The learner's weights block as the backend reads it: only its epsilon."""
+
+    def __init__(self, epsilon: float = 0.5) -> None:
+        self.epsilon = epsilon
 
 
 def make_backend(tmp_path: Path, records_per_ring: int, *, capacity: int = 64) -> tuple[RayBackend, Sink]:
@@ -339,48 +344,138 @@ def _running(pid: int) -> bool:
         return False
 
 
-@pytest.mark.slow
-def test_catch_learns_through_the_ray_backend_as_through_the_local_one(cluster, tmp_path):
-    """``python main.py --backend ray`` on the cluster: two nodes with one Catch collector
-    each (the local end-to-end test runs two local collectors) learn within the same
-    40,000 frames at the same replay ratio, and summary.json accounts for every record per
-    node and ring."""
-    from tests.pipeline.run.test_trainer import checkpoints, greedy_return
+def test_node_collectors_deliver_what_the_same_local_collectors_deliver_with_the_same_weights(cluster, tmp_path):
+    """Real Catch collectors, one per node, act with weights published once through Ray; the
+    learner receives, stream by stream and byte for byte, the records that the same two
+    collectors write into a local ring (the local backend's consolidator reading them) with
+    the same weights and epsilon. So Ray carries the weights to every node intact, the
+    node's collectors seed as the local ones of their number (no two nodes play alike), and
+    Ray carries their records back in order. Bounded in records: RECORDS per stream."""
+    import torch
 
+    from envs import make_env
+    from pipeline.learning.flat_state import flatten_state
+    from pipeline.learning.policy import network_of
+
+    cfg = Config(
+        env_id="Catch-v0", num_processes=1, envs_per_collector=2, ring_capacity=64, heartbeat_timeout_s=60.0, seed=7
+    )
+    torch.manual_seed(0)
+    net = network_of(cfg, int(make_env("Catch-v0").action_space.n)).eval()
+    flat = flatten_state(net.state_dict())
+    epsilon, streams = 0.25, 4  # greedy steps follow the weights, the others the collector's seed
+
+    local = _local_records(dataclasses.replace(cfg, num_processes=2), flat, epsilon, tmp_path)
+
+    backend = RayBackend(cfg)  # the real collectors
+    assert backend.prepare(cfg) == 2
+    sink = Sink()
+    backend.open(run_tag="rayeq", num_floats=len(flat), log_dir=tmp_path, weights=_Epsilon(epsilon), insert=sink)
+    try:
+        backend.publish(flat, version=1, epsilon=epsilon, learner_step=0)  # before the agents start
+        drive(backend, lambda: all(len(sink.records(s)) >= RECORDS for s in range(streams)))
+        assert [link.first_stream for link in backend.links] == [0, 2]
+        for stream in range(streams):
+            got = sink.records(stream)[:RECORDS]
+            assert np.array_equal(got, local[stream]), f"stream {stream} differs from the local collectors'"
+        assert not np.array_equal(local[0], local[2])  # the two nodes did not play alike
+        for link in backend.links:
+            version, node_flat = node_weights(backend, link)
+            assert version == 1 and np.array_equal(node_flat, flat)
+        assert backend.summary()["records_lost"] == 0
+    finally:
+        backend.stop_all()
+        backend.close()
+    wait_until(lambda: not [n for n in project_segments() if n.startswith("mario_rayeq")], 60, "agents unlink")
+
+
+RECORDS = 300  # per stream: a few dozen Catch episodes, greedy and random steps both
+
+
+def _local_records(cfg: Config, flat: np.ndarray, epsilon: float, tmp_path: Path) -> list[np.ndarray]:
+    """The first RECORDS records of each stream of ``cfg.num_processes`` local collectors
+    acting with ``flat`` at ``epsilon``, read by the local backend's consolidator."""
+    from pipeline.run.collector import CollectorArgs
+    from pipeline.run.consolidator import Consolidator
+    from pipeline.run.supervisor import Supervisor
+    from pipeline.transport import ring as R
+    from pipeline.transport.segments import create_segment, segment_name
+    from pipeline.transport.weights import block_bytes
+
+    k = cfg.envs_per_collector
+    layout = R.RingLayout(num_slots=cfg.num_processes * k, capacity=cfg.ring_capacity)
+    tag = P.new_tag("rayeqlocal")
+    ring_segment = create_segment(segment_name(tag, "ring"), layout.total_bytes)
+    weights_segment = create_segment(segment_name(tag, "weights"), block_bytes(len(flat)))
+    ring = R.TransitionRing.initialise(ring_segment.buf, layout)
+    weights = WeightsBlock.initialise(weights_segment.buf, len(flat))
+    weights.publish(flat, epsilon=epsilon)
+
+    def make_args(index: int) -> CollectorArgs:
+        return CollectorArgs(
+            slot=index,
+            config=cfg,
+            ring_name=ring_segment.name,
+            weights_name=weights_segment.name,
+            parent_pid=os.getpid(),
+            log_path=str(tmp_path / f"local-collector-{index}.log"),
+            slots=tuple(range(index * k, (index + 1) * k)),
+        )
+
+    supervisor = Supervisor([ring.slots[c * k] for c in range(cfg.num_processes)], make_args, heartbeat_timeout_s=60)
+    sink = Sink()
+    consolidator = Consolidator(ring, sink)
+    try:
+        supervisor.start_all()
+
+        def enough() -> bool:
+            consolidator.poll()
+            supervisor.check()
+            return bool(consolidator.records.min() >= RECORDS)
+
+        wait_until(enough, SAFETY_S, "the local collectors' records", poll_s=0.01)
+        return [sink.records(stream)[:RECORDS] for stream in range(layout.num_slots)]
+    finally:
+        weights.request_stop()
+        supervisor.stop(timeout_s=20)
+        supervisor.slots = []  # no view into the ring may outlive it
+        consolidator.ring = None
+        ring.close()
+        weights.close()
+        release(ring_segment, unlink=True)
+        release(weights_segment, unlink=True)
+
+
+@pytest.mark.slow
+def test_main_on_the_ray_backend_trains_and_accounts_for_every_record_per_node_and_ring(cluster, tmp_path):
+    """``python main.py --backend ray`` on the cluster: two nodes with one Catch collector
+    each feed the learner at the preset's replay ratio, the learner updates and publishes,
+    and summary.json accounts for every record per node and ring. That the records and
+    weights Ray carries are the local collectors' own is the test above; that the whole
+    pipeline learns Catch is tests/pipeline/run/test_trainer.py's."""
     c, _ = cluster
+    frames = 2000  # some 110 updates after the 200 of warm-up: every part of the loop runs
     result = run_main(
-        [
-            "--preset",
-            "tiny",
-            "--backend",
-            "ray",
-            "--ray-address",
-            c.address,
-            "--total-frames",
-            "40000",
-            "--run-dir",
-            str(tmp_path),
-            "--run-name",
-            "ray",
-            "--monitor",
-            "log",
-        ],
+        ["--preset", "tiny", "--backend", "ray", "--ray-address", c.address, "--total-frames", str(frames)]
+        + ["--run-dir", str(tmp_path), "--run-name", "ray", "--monitor", "log"],
         cwd=ROOT,
-        timeout_s=1500,
+        timeout_s=900,
     )
     assert result.returncode == 0, result.stderr[-3000:]
     run = tmp_path / "ray"
-    # The best of the kept checkpoints, over 100 greedy episodes: the final checkpoint alone
-    # swings by a catch or more between runs, and 20 episodes add +/- 0.5 of their own.
-    # Measured here (4 runs, 100 episodes each): the weakest run's kept checkpoints 2.0-2.5
-    # of 5, the others' best 4.8-5.0. A random policy scores about -3.5, and a broken record
-    # path stays near it.
-    returns = [greedy_return(path, episodes=100) for path in checkpoints(run)]
-    best, optimal = max(r for r, _ in returns), returns[0][1]
-    assert best >= 0.4 * optimal, (returns, result.stderr[-2000:])
     summary = json.loads((run / "summary.json").read_text())
     counters = summary["counters"]
-    assert counters["samples"] / counters["records"] == pytest.approx(PRESETS["tiny"]["replay_ratio"], rel=0.1)
+    assert counters["updates"] > 0 and counters["frames"] >= frames
+    # The replay ratio holds through the backend's pull budget: at every report after the
+    # warm-up, the samples drawn are within a few batches of the ratio times the records
+    # inserted past it (the run's last report also counts what was drained at the stop).
+    tiny = PRESETS["tiny"]
+    with (run / "metrics.csv").open(newline="") as f:
+        reports = [r for r in csv.DictReader(f) if float(r["updates"]) > 0][:-1]
+    assert reports
+    for report in reports:
+        paced = tiny["replay_ratio"] * (float(report["records"]) - tiny["learning_starts"])
+        assert abs(float(report["samples"]) - paced) <= 8 * tiny["batch_size"], report
     accounting = summary["cluster"]
     assert accounting["records_lost"] == 0 and accounting["duplicates_dropped"] == 0
     assert accounting["records_delivered"] == summary["replay_inserted"] == summary["this_process"]["records"]
@@ -389,5 +484,4 @@ def test_catch_learns_through_the_ray_backend_as_through_the_local_one(cluster, 
         (incarnation,) = node["incarnations"]
         ring = incarnation["rings"][0]
         assert ring["committed"] == ring["received"] == ring["delivered"] > 0
-    assert summary["counters"]["frames"] >= 40000
     assert "node0" in result.stderr and "node1" in result.stderr  # the monitor's per-node figures

@@ -5,7 +5,6 @@ what is published, checkpointed and loaded to play."""
 from __future__ import annotations
 
 import copy
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -14,19 +13,11 @@ import torch
 from config import Config
 from pipeline.learning.checkpoint import save_checkpoint
 from pipeline.learning.learner import Learner
-from pipeline.learning.learner_settings import LearnerSettings
 from pipeline.learning.policy import load_policy
 from pipeline.run.run_checkpoints import mark_payload
+from tests.pipeline.learning.acting_learners import NUM_ACTIONS, TAU
+from tests.pipeline.learning.acting_learners import acting_learner as make_learner
 from tests.pipeline.learning.test_batchnorm_stats import Draws, batch_of, mean_offset, states_like_replay
-
-NUM_ACTIONS = 3  # Catch's, so a mark of it loads as a policy
-TAU = 0.1
-
-
-def make_learner(*, compile: bool = False, tau: float = TAU) -> Learner:
-    settings = LearnerSettings(compile=compile, amp=False, learning_rate=1e-3, target_sync_updates=1000)
-    torch.manual_seed(0)
-    return Learner(NUM_ACTIONS, replace(settings, bn_calibration_states=1024, calibration_chunk=32, acting_tau=tau))
 
 
 def run_updates(learner: Learner, count: int) -> list[torch.Tensor]:
@@ -40,8 +31,9 @@ def run_updates(learner: Learner, count: int) -> list[torch.Tensor]:
 
 
 @pytest.mark.parametrize("compile", [False, True], ids=["eager", "compiled"])
-def test_the_acting_weights_are_the_moving_average_of_the_online_ones(compile: bool) -> None:
-    learner = make_learner(compile=compile)
+def test_the_acting_weights_are_the_moving_average_of_the_online_ones(compile: bool, request) -> None:
+    learner = request.getfixturevalue("compiled_learner") if compile else make_learner()
+    assert learner.compiled is compile
     average = run_updates(learner, 5)
     assert learner.acting is not None
     for kept, acting in zip(average, learner.acting.net.parameters(), strict=True):
@@ -49,9 +41,8 @@ def test_the_acting_weights_are_the_moving_average_of_the_online_ones(compile: b
     assert not torch.equal(learner.acting.net.fc[0].weight, learner.online.fc[0].weight)
 
 
-def test_compiled_and_eager_learners_average_alike() -> None:
-    compiled, eager = make_learner(compile=True), make_learner()
-    compiled.warmup(batch_size=32)
+def test_compiled_and_eager_learners_average_alike(compiled_learner: Learner) -> None:
+    compiled, eager = compiled_learner, make_learner()  # compiled and warmed up
     assert compiled.compiled
     run_updates(compiled, 2)
     eager.load_state_dict(copy.deepcopy(compiled.state_dict()))

@@ -30,6 +30,7 @@ from tests.conftest import run_main, wait_until
 
 ROOT = Path(__file__).resolve().parents[3]
 EVAL_LAG_FRAMES = 1000  # training waits once an evaluation is this many frames overdue
+LEARN_FRAMES = 35_000  # Catch is learned within it (see the learning test)
 
 
 def start_main(*args: str) -> subprocess.Popen[str]:
@@ -93,7 +94,13 @@ def test_whole_pipeline_learns_catch_and_the_evaluator_sees_it(tmp_path):
     Training waits for the evaluator (eval_max_lag_frames), so it evaluates at every
     multiple of the interval however small its share of the CPU: pinned to one core
     beside a busy one, a niced evaluator that training did not wait for finished 2
-    evaluations in the 40k frames."""
+    evaluations in 40k frames.
+
+    The budget is work, not time (the replay ratio holds, so a slow machine learns as much
+    per frame): LEARN_FRAMES. Nine runs (seeds 0-7, python main.py --preset tiny
+    --num-processes 2 --eval-interval 2500 --seed S) first showed >= 80 % at 17.6k-25.2k
+    frames, two at 30.1k and 30.2k, and one had not by 30.1k (3.8 of 5): 30k is too few.
+    """
     result = run_main(
         [
             "--preset",
@@ -101,7 +108,7 @@ def test_whole_pipeline_learns_catch_and_the_evaluator_sees_it(tmp_path):
             "--num-processes",
             "2",
             "--total-frames",
-            "40000",
+            str(LEARN_FRAMES),
             "--run-dir",
             str(tmp_path),
             "--run-name",
@@ -109,7 +116,7 @@ def test_whole_pipeline_learns_catch_and_the_evaluator_sees_it(tmp_path):
             "--monitor",
             "log",
             "--eval-interval",
-            "2500",  # frames: an evaluation at each multiple, 16 in the 40k, however fast the machine
+            "2500",  # frames: an evaluation at each multiple, 14 in the 35k, however fast the machine
             "--set",
             f"eval_max_lag_frames={EVAL_LAG_FRAMES}",  # ... because training waits for one overdue
             "--set",
@@ -158,7 +165,7 @@ def test_whole_pipeline_learns_catch_and_the_evaluator_sees_it(tmp_path):
     assert summary["last_evaluation"]["episodes"] == 10
     # The last word is the final evaluation, of the weights the run ended with.
     final = summary["last_evaluation"]
-    assert final["final"] and final["frames"] >= 40000, final
+    assert final["final"] and final["frames"] >= LEARN_FRAMES, final
     assert "final evaluation of weights v" in result.stderr
     tags = EventAccumulator(str(run / "tensorboard")).Reload().Tags()["scalars"]
     assert {"eval_return", "eval_x_pos", "eval_flag_rate"} <= set(tags)
