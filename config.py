@@ -136,10 +136,6 @@ class Config:
     calibrated for its own weights at every publish (BBF acts with such an average at
     0.005). Churn per publish 0.11 against 0.37-0.42 at the same x_pos on two seeds to 2M
     (docs/learning.md). 0 = act with the online weights."""
-    steadiness_interval_updates: int = 2000
-    """Every this many learner updates (at a publish), the steadiness probe measures the
-    published network on a set of replay states: train/eval greedy agreement, churn
-    since the previous publish, |Q_eval - Q_train| and the median action gap (0 = off)."""
     prioritized_replay: bool = False
     """Prioritized replay: draw transitions in proportion to (|TD error| + eps) ** alpha and
     weight their loss by importance sampling (proportional PER on a sum tree)."""

@@ -104,7 +104,6 @@ def validate(cfg: Any) -> None:
         "eval_interval_frames",
         "reset_interval_updates",
         "ray_nodes",
-        "steadiness_interval_updates",
         "eval_max_lag_frames",
     ):
         non_negative(name)

@@ -2,7 +2,7 @@
 
 :class:`SteadinessWatch` runs the :class:`~pipeline.learning.steadiness.SteadinessProbe`
 on the weights the trainer is about to publish, at the first publish at or after every
-``steadiness_interval_updates`` updates, and has the probe remember the greedy actions of
+``target_sync_updates`` updates, and has the probe remember the greedy actions of
 the publish just before it, so the churn it reports is the change between two consecutive
 publishes (what a collector sees when it picks up new weights).
 
@@ -55,7 +55,8 @@ def make_steadiness_watch(learner: Learner, replay: ReplayMemory, cfg: Any) -> S
     return SteadinessWatch(
         learner,
         replay,
-        interval=cfg.steadiness_interval_updates,
+        # Between two target copies the values move by a whole sync: the cadence to measure at.
+        interval=cfg.target_sync_updates,
         probe_states=PROBE_STATES,
         publish_every=cfg.updates_per_epoch,
         chunk=cfg.batch_size,

@@ -113,8 +113,8 @@ def test_a_training_run_writes_the_steadiness_figures_to_metrics_csv(tmp_path: P
     and the calibrated network's train and eval modes agree on most probe states."""
     result = run_main(
         ["--preset", "tiny", "--run-dir", str(tmp_path), "--run-name", "steady", "--total-frames", "3000"]
-        # An interval of 60 updates: a few measurements of the fixed 1,024 probe states.
-        + ["--monitor", "log", "--set", "steadiness_interval_updates=60"]
+        # A target copy, and so a measurement, every 60 updates: a few of them in the run.
+        + ["--monitor", "log", "--set", "target_sync_updates=60"]
         + ["--set", "bn_calibration_states=256"],
         cwd=ROOT,
         timeout_s=900,
