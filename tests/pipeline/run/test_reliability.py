@@ -272,7 +272,8 @@ def test_bad_checkpoint_files_give_one_clear_error(tmp_path, kind):
             {
                 "learner": {"online": QNetwork(12).state_dict()},
                 "counters": {},
-                "config": {},
+                # Saved with precise BN: an older config would be refused for its running average.
+                "config": {"bn_calibration_states": 256},
                 "rng": capture_rng_state(),
             },
         )
