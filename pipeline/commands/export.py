@@ -30,22 +30,13 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.common.errors import OneLineParser, UserError
+from pipeline.run.evaluator.protocol import FIGURE_KEYS as PROTOCOL_FIGURES
 
 __all__ = ["FIGURE_KEYS", "build_parser", "export_command"]
 
-# What an `eval --json` file says about the protocol and its outcome, kept in the provenance.
-FIGURE_KEYS = (
-    "episodes",
-    "epsilon",
-    "seed",
-    "max_steps",
-    "mean_x_pos",
-    "median_x_pos",
-    "max_x_pos",
-    "flag_rate",
-    "mean_return",
-    "mean_length",
-)
+# What an `eval --json` file says about the protocol (epsilon, seeds, step cap) and the
+# figures it reports, kept in the provenance.
+FIGURE_KEYS = ("epsilon", "seed", "max_steps", *PROTOCOL_FIGURES)
 
 
 # Random observations the export compares the stored weights with the source's on.
