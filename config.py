@@ -129,13 +129,13 @@ class Config:
     between, so every eval-mode forward (acting copies, evaluator, target, Double-DQN
     argmax) normalises as training does; a running average moved the eval-mode Q-values
     by several action gaps. 256 states gave the same steadiness as 1,024 at a quarter of
-    the cost (docs/learning.md, "Steadiness")."""
+    the cost (docs/learning-history.md, "Steadiness")."""
     acting_tau: float = 0.005
     """The collectors, the evaluator, marks and play act with a moving average of the online
     weights, acting += tau * (online - acting) after every update, its BatchNorm statistics
     calibrated for its own weights at every publish (BBF acts with such an average at
     0.005). Churn per publish 0.11 against 0.37-0.42 at the same x_pos on two seeds to 2M
-    (docs/learning.md). 0 = act with the online weights."""
+    (docs/learning-history.md). 0 = act with the online weights."""
     prioritized_replay: bool = False
     """Prioritized replay: draw transitions in proportion to (|TD error| + eps) ** alpha and
     weight their loss by importance sampling (proportional PER on a sum tree)."""

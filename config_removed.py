@@ -1,6 +1,6 @@
 """The options removed after the tag ``pre-option-removal``, and what the code now always does.
 
-Each option lost on the learning benchmark (docs/learning.md records each) or never
+Each option lost on the learning benchmark (docs/learning-history.md records each, docs/learning.md lists them) or never
 measured left the Config with its code; this table is its one home in the config layer.
 A checkpoint saved before the removal holds these fields:
 

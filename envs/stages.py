@@ -141,7 +141,7 @@ class StageEnd:
 # late page of the stage (the halfway page, RAM 0x75B, written before the stage loads)
 # and driven to the end by random button presses with save-state retries; end_x is the
 # x_pos of the step where flag_get turned true. 1-1's figure is also that of every flagged
-# episode in docs/learning.md.
+# episode in docs/learning-history.md.
 STAGE_ENDS: dict[Stage, StageEnd] = {
     (1, 1): StageEnd(3161, "flag", "flagpole object at x 3168; flag_get at x_pos 3161"),
     # The exit pipe leads into 1-1's own ground area at page 11 (its last pipe, staircase

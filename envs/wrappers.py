@@ -41,7 +41,7 @@ class JumpRetrigger(gymnasium.Wrapper[np.ndarray, int, np.ndarray, int]):
     frame before, so an agent that keeps choosing actions with A after a jump stands on
     the ground with A held and nothing happens; to jump again it has to choose an action
     without A first, a choice its four stacked frames do not show the need for (the pipe
-    diagnosis in docs/learning.md). This wrapper makes an A-action mean "jump, or keep
+    diagnosis in docs/learning-history.md). This wrapper makes an A-action mean "jump, or keep
     jumping": when A was held through a jump (Mario left the ground) and Mario is back on
     the ground, or A has been held on the ground for ``stall_frames`` frames without a
     jump starting, the next frame with A is sent without it, and the frame after presses

@@ -25,7 +25,7 @@ normalises after it; the output layers use fan_in with a linear gain so initial 
 start near zero with unit-ish spread. BN weight = 1, BN bias = 0, linear biases = 0.
 
 The BatchNorm is always there: the BatchNorm-free trunk of Nature DQN, SPR and BBF lost
-to it on the learning benchmark (docs/learning.md), and the learner keeps the running
+to it on the learning benchmark (docs/learning-history.md), and the learner keeps the running
 statistics precise for the eval-mode forwards instead (``pipeline/learning/batchnorm_stats.py``).
 """
 
@@ -124,7 +124,7 @@ class QNetwork(nn.Module):
         # 1.5M frames) while the gaps between actions that decide the greedy action are
         # tenths, and bf16's 8-bit mantissa rounds to 0.25 between 32 and 64. In bf16 a third
         # of replay states had a tied best action and the argmax disagreed with fp32's on 15 %
-        # (docs/learning.md). The heads are 512 x (1 + num_actions) MACs: nothing to save.
+        # (docs/learning-history.md). The heads are 512 x (1 + num_actions) MACs: nothing to save.
         with torch.autocast(device_type=h.device.type, enabled=False):
             h = h.float()
             if not self.dueling:

@@ -14,7 +14,7 @@ so the benchmark sets beside it figures that move far less (one seed can screen 
 - from ``metrics.csv`` again, the mean x_pos of the training episodes just before each
   mark (the collectors' last 100, at the same epsilon late in a run): a mark far below
   them is not the network the collectors played (marks saved with statistics older than
-  their weights were; docs/learning.md).
+  their weights were; docs/learning-history.md).
 
 Runs made before the probe existed have no such columns: their figures are None.
 """

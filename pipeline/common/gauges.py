@@ -26,7 +26,7 @@ from typing import Final
 # -- the steadiness probe --------------------------------------------------------------------
 
 # Each figure and its label, in the order the monitor's table and the learning
-# benchmark show them (docs/learning.md says what each measures).
+# benchmark show them (docs/learning-history.md says what each measures).
 STEADINESS_LABELS: Final[Mapping[str, str]] = MappingProxyType(
     {
         "agreement": "train/eval agreement",

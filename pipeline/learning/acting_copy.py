@@ -1,7 +1,7 @@
 """The acting copy: a moving average of the online weights that the collectors play.
 
 Between two publishes (100 updates) the online network's greedy action changed on 30-60 %
-of replay states on World 1-1 (docs/learning.md, the steadiness figures): every publish
+of replay states on World 1-1 (docs/learning-history.md, the steadiness figures): every publish
 hands the collectors and the evaluator a different policy, and the evaluations of
 neighbouring marks swing by hundreds of x_pos. BBF (Schwarzer et al. 2023) acts with a
 Polyak average of the online weights for the same reason. :class:`ActingCopy` keeps one:

@@ -7,7 +7,7 @@ layers use their *running* statistics instead. With PyTorch's default momentum o
 those are an exponential average of about the last ten batches of 32: on World 1-1 they
 moved the eval-mode Q-values by 1-4 (at Q ~ 20) from one update to the next, several
 times the gaps between actions, so the eval-mode greedy action agreed with the train-mode
-one on only about two thirds of replay states (docs/learning.md).
+one on only about two thirds of replay states (docs/learning-history.md).
 
 Wu and Johnson ("Rethinking 'Batch' in BatchNorm", 2021) call the fix *precise BN*:
 re-estimate the statistics with the current weights over many samples, right before the

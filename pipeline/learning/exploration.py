@@ -5,7 +5,7 @@ epsilon (the one the learner publishes) and the network's greedy action otherwis
 draws are a few numpy operations on arrays of ``num_envs`` (no loop over the envs), and
 the caller skips the network's forward when no env is greedy, which saves CPU early in
 training. Temporally extended exploration lost on the learning benchmark and was removed
-(docs/learning.md).
+(docs/learning-history.md).
 """
 
 from __future__ import annotations

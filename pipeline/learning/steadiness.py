@@ -33,7 +33,7 @@ are float32 and gradient-free; the figures cost one host sync per measurement. A
 without BatchNorm computes the same function in both modes: agreement 1, offset 0.
 
 These figures move far less between measurements than the x_pos of evaluation episodes,
-so one seed can screen a change to the learner (docs/learning.md).
+so one seed can screen a change to the learner (docs/learning-history.md).
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ publish, a frame mark and every checkpoint (``eval`` and ``play`` load those). B
 publishes the weights move on while the statistics stay those of the last calibration,
 and a copy saved with them does not play what the collectors play: a 1-1 mark saved
 between two publishes played a mean x_pos of 769, the same weights with their statistics
-re-estimated 1,769-1,874 (docs/learning.md).
+re-estimated 1,769-1,874 (docs/learning-history.md).
 
 :class:`Calibration` draws those states from the replay with a generator of its own (the
 training batches are the same with calibration on or off) and hands them to the learner:

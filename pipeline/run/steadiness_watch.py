@@ -12,7 +12,7 @@ with the probe on or off), and the measurement uses the same states. A set drawn
 would drift out of the replay as the agent gets further into the level: normalised in
 chunks of states the learner no longer trains on, its train-mode forward is no longer
 what the loss shaped, and agreement falls with the set's age while the network does not
-change (docs/learning.md, "A probe drawn once grows stale"). Only when no publish comes
+change (docs/learning-history.md, "A probe drawn once grows stale"). Only when no publish comes
 between two measurements (an interval no longer than the publish period) does a
 measurement reuse the previous one's states, so that churn still compares two
 consecutive publishes.
@@ -46,7 +46,7 @@ PROBE_STATES = 1024
 # Train-mode forwards per measurement, each chunking the states in another order: the first
 # gives the agreement, a second train mode's agreement with itself (the ceiling batch noise
 # sets), and their mean Q the agreement with what the loss shapes in expectation; 4 is what
-# every measurement in docs/learning.md used.
+# every measurement in docs/learning-history.md used.
 BATCHINGS = 4
 
 

@@ -30,7 +30,7 @@ def test_run_config_no_progress_steps_reaches_the_env_as_a_truncation() -> None:
 def test_jump_retrigger_lets_a_constant_right_a_finish_1_1() -> None:
     from config import Config
 
-    # The claim the option's docstring makes (and docs/learning.md relies on): with it,
+    # The claim the option's docstring makes (and docs/learning-history.md relies on): with it,
     # holding right+A alone bunny-hops over every pipe, goomba and pit of 1-1; without
     # it the same action jumps once and is stopped by the first pipe.
     right_a = button_lists("simple").index(["right", "A"])
