@@ -32,15 +32,14 @@ a moving average of the online ones with statistics calibrated for its own weigh
 BatchNorm modes (why):
 
 * The online net is in **train** mode for the loss forward on ``s``: batch statistics
-  are what BatchNorm is trained with, and that forward advances the running statistics
-  (unless they are frozen for calibration).
+  are what BatchNorm is trained with; the running statistics stay frozen (momentum 0)
+  between calibrations, so the forward leaves them alone.
 * The target net is always in **eval** mode: its running statistics are a frozen copy
   from the last sync, so targets do not depend on which samples share the batch.
 * The online net's next-state argmax runs in **eval** mode (running statistics, no
   gradient). That makes ``a*`` the action the acting copy (which also runs in eval mode
   with the published statistics) would choose, keeps the argmax independent of the
-  batch composition, and avoids advancing the running statistics a second time per
-  update with next-state data.
+  batch composition.
 
 Known limitation: samples with weight 0 do not contribute to the loss or, through the
 loss, to the gradient, but their observations still enter BatchNorm's batch statistics
