@@ -2,7 +2,8 @@
 
 :class:`SteadinessWatch` runs the :class:`~pipeline.learning.steadiness.SteadinessProbe`
 on the weights the trainer is about to publish, at the first publish at or after every
-``target_sync_updates`` updates, and has the probe remember the greedy actions of
+target copy (``target_sync_updates``), but no more often than every
+``MIN_INTERVAL_UPDATES`` (every k-th copy then), and has the probe remember the greedy actions of
 the publish just before it, so the churn it reports is the change between two consecutive
 publishes (what a collector sees when it picks up new weights).
 
@@ -35,7 +36,7 @@ from pipeline.learning.learner import Learner
 from pipeline.learning.replay import ReplayMemory
 from pipeline.learning.steadiness import SteadinessFigures, SteadinessProbe
 
-__all__ = ["SteadinessWatch", "make_steadiness_watch"]
+__all__ = ["MIN_INTERVAL_UPDATES", "SteadinessWatch", "make_steadiness_watch", "measurement_interval"]
 
 # Added to the run's seed for the generator of the probe's states.
 _PROBE_SEED_OFFSET = 7_000_000
@@ -48,6 +49,20 @@ PROBE_STATES = 1024
 # sets), and their mean Q the agreement with what the loss shapes in expectation; 4 is what
 # every measurement in docs/learning-history.md used.
 BATCHINGS = 4
+# A measurement costs about as much as 40 updates of batch 32 (2 + BATCHINGS forwards of
+# PROBE_STATES states against an update's ~5 forwards' worth of 32): every 2,000 updates (the
+# default's target copies) that is ~2 % of the learner's time. The tiny preset copies its
+# target every 200 updates, where a measurement at every copy took 35 % of the learner's
+# time in the Catch learning test; at most one per 500 updates keeps it under ~8 %.
+MIN_INTERVAL_UPDATES = 500
+
+
+def measurement_interval(target_sync_updates: int) -> int:
+    """Updates between measurements: the smallest multiple of ``target_sync_updates``
+    (validated >= 1) that is at least ``MIN_INTERVAL_UPDATES``, so that each measurement
+    still comes at a target copy."""
+    copies = -(-MIN_INTERVAL_UPDATES // target_sync_updates)  # ceil
+    return copies * target_sync_updates
 
 
 def make_steadiness_watch(learner: Learner, replay: ReplayMemory, cfg: Any) -> SteadinessWatch:
@@ -56,7 +71,7 @@ def make_steadiness_watch(learner: Learner, replay: ReplayMemory, cfg: Any) -> S
         learner,
         replay,
         # Between two target copies the values move by a whole sync: the cadence to measure at.
-        interval=cfg.target_sync_updates,
+        interval=measurement_interval(cfg.target_sync_updates),
         probe_states=PROBE_STATES,
         publish_every=cfg.updates_per_epoch,
         chunk=cfg.batch_size,

@@ -11,7 +11,7 @@ import torch
 
 from pipeline.learning.learner import Learner
 from pipeline.learning.learner_settings import LearnerSettings
-from pipeline.run.steadiness_watch import SteadinessWatch
+from pipeline.run.steadiness_watch import MIN_INTERVAL_UPDATES, SteadinessWatch, measurement_interval
 from tests.conftest import run_main
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -101,6 +101,18 @@ def test_measurements_with_no_publish_between_keep_their_states() -> None:
     assert watch.figures.churn == 0.0  # the same weights, the same states
 
 
+def test_a_run_measures_at_a_target_copy_at_most_every_min_interval() -> None:
+    """By hand, with the floor at 500 updates: the default's copies every 2,000 updates
+    are each measured; the tiny preset's every 200 at every 3rd (600, the first multiple
+    past the floor); copies every 250 at every 2nd (500); every 500, each."""
+    assert MIN_INTERVAL_UPDATES == 500
+    assert measurement_interval(2000) == 2000
+    assert measurement_interval(200) == 600
+    assert measurement_interval(250) == 500
+    assert measurement_interval(500) == 500
+    assert measurement_interval(1) == 500
+
+
 def test_the_watch_is_off_at_interval_zero() -> None:
     learner = Learner(NUM_ACTIONS, LearnerSettings(compile=False, amp=False))
     watch = SteadinessWatch(learner, StatesOnly(), interval=0, probe_states=16, publish_every=10, chunk=8, seed=1)
@@ -112,9 +124,12 @@ def test_a_training_run_writes_the_steadiness_figures_to_metrics_csv(tmp_path: P
     """Real collectors, replay and learner (Catch): the probe's figures reach metrics.csv,
     and the calibrated network's train and eval modes agree on most probe states."""
     result = run_main(
-        ["--preset", "tiny", "--run-dir", str(tmp_path), "--run-name", "steady", "--total-frames", "3000"]
-        # A target copy, and so a measurement, every 60 updates: a few of them in the run.
-        + ["--monitor", "log", "--set", "target_sync_updates=60"]
+        ["--preset", "tiny", "--run-dir", str(tmp_path), "--run-name", "steady", "--total-frames", "1000"]
+        # A measurement every 500 updates (every 2nd target copy), and ~800 updates in the
+        # run: one update per frame (8 samples per frame, batches of 8) past the first 200
+        # frames, small batches so that they cost little, and a publish every 50.
+        + ["--monitor", "log", "--set", "target_sync_updates=250"]
+        + ["--set", "batch_size=8", "--set", "replay_ratio=8", "--set", "updates_per_epoch=50"]
         + ["--set", "bn_calibration_states=256"],
         cwd=ROOT,
         timeout_s=900,
