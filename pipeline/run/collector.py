@@ -434,8 +434,10 @@ class Collector:
         from pipeline.transport.segments import release
 
         self.counters.state = R.STATE_STOPPED
-        # Drop every view into the ring so its segment can close.
+        # Drop every view into the ring so its segment can close (the frontier starter
+        # holds the slot's counters too).
         self.home = self.counters = None  # type: ignore[assignment]
+        self.frontier_starter = None
         self.streams = []
         self.weights.close()
         release(self.ring_segment, unlink=False)

@@ -75,13 +75,17 @@ def split_episodes(records: np.ndarray) -> list[np.ndarray]:
     return [records[start : final + 1] for start, final in zip(starts, finals, strict=False)]
 
 
-def test_a_collector_returns_to_its_furthest_trajectory(tmp_path) -> None:
-    """By replaying the trajectory's prefix for every frontier start."""
+def test_a_collector_returns_to_its_furthest_trajectory(tmp_path, capfd) -> None:
+    """By replaying the trajectory's prefix for every frontier start; and it closes its
+    shared memory at the stop (no view left behind: no BufferError at exit)."""
     # Short episodes, so that many end (and offer their trajectories) within the test.
     cfg = Config(envs_per_collector=1, ring_capacity=256, no_progress_steps=40, max_episode_steps=250, seed=11)
     cfg.frontier_start_share = 0.5
     kept = tmp_path / "frontier" / "collector-0.npz"
     records, summaries, replayed_frames = collect(cfg, str(tmp_path / "collector.log"), str(kept))
+    # The collector's process wrote to this stderr; the frontier starter held a view into
+    # the ring that its close() did not drop, so the segment's close failed at exit.
+    assert "BufferError" not in capfd.readouterr().err
     episodes = split_episodes(records)[: len(summaries)]
     assert len(episodes) == len(summaries)
     assert summaries[0].replayed_steps == 0  # nothing to return to yet
