@@ -16,14 +16,16 @@ is kept beside it. The bench then
   as mean (min..max), then per seed the per-stage table (every mark's mean x_pos, how
   far along the stage that is and flag rate on each stage the run trains on: one row per
   mark for a run on one stage, a row per stage and mark for random stages), and compares
-  the variant with the others in ``<out>`` evaluated by the same protocol, on the seeds
-  they share, saying which differences are within the spread between seeds (noise);
+  the variant with the others in ``<out>`` evaluated by the same protocol on the same env
+  (stage or stage list), on the seeds they share, saying which differences are within
+  the spread between seeds (noise);
 - writes ``<out>/<name>.json`` (``<name>-eps<E>x<N>.json`` for another protocol): per
   seed the curve (mean and median x_pos, flag rate, the greedy episode and the per-stage
   figures per mark) and the figures; over seeds their mean and spread; and the
   comparisons;
 - draws ``<out>/learning.png``: the protocol's mean x_pos and flag rate at each mark for
-  every variant in ``<out>`` evaluated the same way (one colour each, seeds overlaid),
+  every variant in ``<out>`` evaluated the same way on the same env (one colour each,
+  seeds overlaid),
   after the runs, never during them.
 
 Learning per frame does not depend on the machine (the replay ratio is enforced), so
@@ -253,11 +255,31 @@ def cpu_model() -> str:
     return platform.processor() or "unknown"
 
 
+def run_env(run: Path) -> str | None:
+    """The env a run trained on, with its stage list, as its config.json has it (None
+    without one): what its x_pos and flags are of."""
+    try:
+        config = json.loads((run / "config.json").read_text())["config"]
+        return f"{config['env_id']} ({config['stages']})" if config.get("stages") else str(config["env_id"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def variant_env(result: dict[str, Any]) -> str | None:
+    """A result's env: recorded in it, or (a result written before it was) its first run's."""
+    if result.get("env"):
+        return str(result["env"])
+    seeds = result.get("seeds") or []
+    return run_env(Path(seeds[0]["run"])) if seeds and isinstance(seeds[0], dict) and "run" in seeds[0] else None
+
+
 def other_variants(out: Path, result: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """The other variants' results in ``out`` evaluated by the same protocol, by name.
+    """The other variants' results in ``out`` evaluated by the same protocol on the same
+    env, by name.
 
     Results of another protocol (or of the one-greedy-episode bench before it, which
-    wrote no protocol) measure something else: they are neither compared nor drawn.
+    wrote no protocol) measure something else, and so do those of another stage (x_pos
+    and the flag are each stage's own): they are neither compared nor drawn.
     """
     found = {}
     for path in sorted(out.glob("*.json")):
@@ -270,6 +292,7 @@ def other_variants(out: Path, result: dict[str, Any]) -> dict[str, dict[str, Any
             and other.get("protocol") == result["protocol"]
             and other.get("name") != result["name"]
             and "seeds" in other
+            and variant_env(other) == result["env"]
         ):
             found[other["name"]] = other
     return found
@@ -333,6 +356,7 @@ def learning_command(argv: list[str]) -> int:
         "mark_frames": args.mark_frames,
         "episodes_per_mark": protocol.episodes,
         "eval_epsilon": protocol.epsilon,
+        "env": run_env(Path(seeds[0]["run"])),
         "cpu": cpu_model(),
         "bench_s": time.monotonic() - started,
         "seeds": seeds,
@@ -348,10 +372,8 @@ def learning_command(argv: list[str]) -> int:
         name: [[MarkResult.from_dict(r) for r in s["curve"]] for s in variant["seeds"]]
         for name, variant in drawn_variants(result, others, args.compare_names).items()
     }
-    config = json.loads((Path(seeds[0]["run"]) / "config.json").read_text())["config"]
-    env_id = f"{config['env_id']} ({config['stages']})" if config.get("stages") else config["env_id"]
     # Two lines: the protocol's description is too long for one line of the figure.
-    title = f"{env_id}: mean x_pos at each mark\nover {protocol.describe()}"
+    title = f"{result['env']}: mean x_pos at each mark\nover {protocol.describe()}"
     plot = plot_curves(variants, args.out / PLOT_NAME, title)
     print(f"results: {results_path}; curves: {plot}")
     return 0

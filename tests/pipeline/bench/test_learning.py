@@ -19,7 +19,15 @@ import torch
 from config import Config
 from models import QNetwork
 from pipeline.bench.command import _without_only_learning
-from pipeline.bench.learning import drawn_variants, learning_command, parse, results_name, wall_and_ratio
+from pipeline.bench.learning import (
+    drawn_variants,
+    learning_command,
+    other_variants,
+    parse,
+    results_name,
+    run_env,
+    wall_and_ratio,
+)
 from pipeline.bench.learning_curves import (
     BENCH_FIRST_SEED,
     EVAL_CACHE,
@@ -264,6 +272,33 @@ def test_a_report_in_an_out_folder_elsewhere_compares_variants_on_the_same_seeds
     assert line.endswith(NOISE) and "difference +0" in line
     assert any(line.startswith("  x_pos median @0.5M") for line in printed)
     assert any("over seeds: mean (min..max)" in line for line in printed)
+
+
+def test_variants_on_another_stage_are_neither_compared_nor_drawn(tmp_path: Path) -> None:
+    """x_pos and the flag are each stage's own: a 1-2 run beside 1-1 runs is not their variant."""
+    protocol = bench_protocol(episodes=3, epsilon=0.2, max_steps=60).to_dict()
+    fake_run(tmp_path / "catch-s0", {})
+    stage_run = tmp_path / "old12-s0"
+    stage_run.mkdir()
+    (stage_run / "config.json").write_text(json.dumps({"config": Config(env_id="SuperMarioBros-1-2-v0").to_dict()}))
+    world = Config(env_id="SuperMarioBrosRandomStages-v0", stages="1-1,1-2").to_dict()
+    assert run_env(stage_run) == "SuperMarioBros-1-2-v0" and run_env(tmp_path / "nothing") is None
+    (tmp_path / "world-s0").mkdir()
+    (tmp_path / "world-s0" / "config.json").write_text(json.dumps({"config": world}))
+    assert run_env(tmp_path / "world-s0") == "SuperMarioBrosRandomStages-v0 (1-1,1-2)"
+
+    def write(name: str, run: str, env: str | None = None) -> None:
+        result = {"name": name, "protocol": protocol, "seeds": [{"run": str(tmp_path / run)}]}
+        (tmp_path / f"{name}.json").write_text(json.dumps(result | ({"env": env} if env else {})))
+
+    write("catch", "catch-s0")  # written before results recorded their env: its run's config says
+    write("stage12", "catch-s0", env="SuperMarioBros-1-2-v0")  # the env it records wins
+    write("old12", "old12-s0")
+    write("world", "world-s0")
+    write("gone", "gone-s0")  # its runs deleted: nothing says what it measured
+    new = {"name": "new", "protocol": protocol, "env": "Catch-v0"}
+    assert list(other_variants(tmp_path, new)) == ["catch"]
+    assert list(other_variants(tmp_path, new | {"env": "SuperMarioBros-1-2-v0"})) == ["old12", "stage12"]
 
 
 def test_the_figure_draws_the_variant_and_only_the_ones_compared_with() -> None:
