@@ -21,7 +21,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from pipeline.learning.checkpoint import load_checkpoint
+from pipeline.learning.checkpoint import CHECKPOINT_PATTERN, load_checkpoint
 from pipeline.run.run_checkpoints import KEEP_CHECKPOINTS
 from pipeline.transport.segments import project_segments, run_tag
 from tests.conftest import wait_until
@@ -234,7 +234,7 @@ def test_checkpoints_rotate_and_best_is_kept(tmp_path):
 
     def rotated_and_best() -> bool:
         names = {p.name for p in directory.iterdir()} if directory.exists() else set()
-        seen.update(n for n in names if n.startswith("ckpt-") and n.endswith(".pt"))
+        seen.update(n for n in names if CHECKPOINT_PATTERN.match(n))
         return len(seen) > KEEP_CHECKPOINTS + 1 and "best.pt" in names
 
     wait_until(rotated_and_best, 600, "periodic checkpoints past the kept number, and best.pt", proc=proc)
@@ -244,7 +244,7 @@ def test_checkpoints_rotate_and_best_is_kept(tmp_path):
     names = sorted(p.name for p in directory.iterdir())
     periodic = [n for n in names if n.startswith("ckpt-")]
     seen.update(periodic)
-    newest = sorted(seen, key=lambda n: int(re.sub(r"\D", "", n)))[-KEEP_CHECKPOINTS:]
+    newest = sorted(seen, key=lambda n: int(CHECKPOINT_PATTERN.match(n)[1]))[-KEEP_CHECKPOINTS:]
     assert sorted(periodic) == sorted(newest) and KEEP_CHECKPOINTS == 3, (names, sorted(seen))
     assert "best.pt" in names
     assert not [n for n in names if n.endswith(".tmp")]
