@@ -242,7 +242,7 @@ def test_checkpoints_rotate_and_best_is_kept(tmp_path):
     output, _ = proc.communicate(timeout=300)
     assert proc.returncode == 0, output[-3000:]
     names = sorted(p.name for p in directory.iterdir())
-    periodic = [n for n in names if n.startswith("ckpt-")]
+    periodic = [n for n in names if CHECKPOINT_PATTERN.match(n)]
     seen.update(periodic)
     newest = sorted(seen, key=lambda n: int(CHECKPOINT_PATTERN.match(n)[1]))[-KEEP_CHECKPOINTS:]
     assert sorted(periodic) == sorted(newest) and KEEP_CHECKPOINTS == 3, (names, sorted(seen))
