@@ -6,7 +6,9 @@ flags after ``--`` and ``mark_interval_frames`` set), in ``<out>/<name>-s<seed>`
 (``--out``, default ``runs/learning``; any folder, e.g. one outside the work tree). A
 run already there is reused: finished ones are only evaluated, shorter ones are resumed
 (their replay with them) up to ``--frames``, so a long benchmark can be stopped with
-Ctrl-C and continued later, in another session, by the same command. After training,
+Ctrl-C (the training run stops as it does on its own Ctrl-C, with its final checkpoint and
+replay, and the bench ends with 130) and continued later, in another session, by the same
+command. After training,
 every mark is evaluated (:mod:`~pipeline.bench.learning_curves`) by the field's
 protocol: ``--episodes`` episodes (20) at ``--epsilon`` (0.05), each from a seed of its
 own, the same seeds for every mark, run and variant; the greedy episode ``play`` shows
@@ -72,6 +74,8 @@ from pipeline.run.evaluator.protocol import Protocol
 from pipeline.run.stage_report import stage_table
 
 ROOT = Path(__file__).resolve().parents[2]
+# A Ctrl-C's exit status (128 + SIGINT), as main.py's own.
+EXIT_INTERRUPTED = 130
 PLOT_NAME = "learning.png"
 REPLAY_SAVE_INTERVAL_S = 600.0
 DEFAULT_MAX_STEPS = 2000
@@ -179,9 +183,32 @@ def train(run: Path, seed: int, args: argparse.Namespace, train_args: list[str])
     print(f"learning bench: {' '.join(command[1:])}", file=sys.stderr, flush=True)
     log = run.parent / f"{run.name}.out"
     with log.open("a") as out:
-        code = subprocess.call(command, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
+        child = subprocess.Popen(command, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
+        try:
+            code = child.wait()
+        except KeyboardInterrupt:
+            # Not subprocess.call, which kills the child on a KeyboardInterrupt: the run would
+            # lose its final checkpoint and the replay since its last save. A terminal's
+            # Ctrl-C reaches the run too (one process group), and it stops by itself.
+            wait_for_clean_stop(child, run)
+            raise
     if code != 0:
         raise UserError(f"training run {run} exited with code {code}; see {log}")
+
+
+def wait_for_clean_stop(child: subprocess.Popen[bytes], run: Path) -> None:
+    """Wait, through further Ctrl-Cs, for an interrupted training run to stop.
+
+    Nothing is sent to it: the Ctrl-C that interrupted this process reached it as well,
+    and a second SIGINT is its "exit at once" (the final checkpoint skipped).
+    """
+    print(f"learning bench: interrupted; waiting for {run} to stop and save", file=sys.stderr, flush=True)
+    while True:
+        try:
+            child.wait()
+            return
+        except KeyboardInterrupt:
+            continue
 
 
 def wall_and_ratio(run: Path) -> dict[str, float]:
@@ -343,7 +370,15 @@ def learning_command(argv: list[str]) -> int:
     for seed in args.seed_list:
         run = args.out / f"{args.name}-s{seed}"
         if not args.no_train and run_frames(run) < args.frames:
-            train(run, seed, args, train_args)
+            try:
+                train(run, seed, args, train_args)
+            except KeyboardInterrupt:
+                print(
+                    f"learning bench: stopped; {run} saved at {run_frames(run):,} frames, and the same command "
+                    "resumes it (marks are evaluated once training is done)",
+                    file=sys.stderr,
+                )
+                return EXIT_INTERRUPTED
         if not (run / "config.json").exists():
             raise UserError(f"no run in {run}; train it first (drop --no-train)")
         curve = evaluate_marks(run, protocol)

@@ -6,8 +6,11 @@ bench's help, and a real (tiny) run trained, continued and evaluated through
 
 from __future__ import annotations
 
+import csv
 import json
 import os
+import re
+import signal
 import subprocess
 import sys
 from dataclasses import asdict
@@ -20,12 +23,14 @@ from config import Config
 from models import QNetwork
 from pipeline.bench.command import _without_only_learning
 from pipeline.bench.learning import (
+    EXIT_INTERRUPTED,
     drawn_variants,
     learning_command,
     other_variants,
     parse,
     results_name,
     run_env,
+    run_frames,
     wall_and_ratio,
 )
 from pipeline.bench.learning_curves import (
@@ -56,6 +61,8 @@ from pipeline.bench.options import PART_HELP, PARTS
 from pipeline.common.errors import UserError
 from pipeline.learning.checkpoint import save_checkpoint
 from pipeline.run.evaluator.protocol import Protocol
+from pipeline.transport.segments import project_segments, run_tag
+from tests.conftest import wait_until
 
 ROOT = Path(__file__).resolve().parents[3]
 CATCH = Config(env_id="Catch-v0")
@@ -352,3 +359,46 @@ def test_trains_evaluates_marks_and_continues_a_shorter_run(tmp_path: Path) -> N
     (seed,) = json.loads((tmp_path / "tiny.json").read_text())["seeds"]
     assert [r["frames"] for r in seed["curve"]] == [500, 1000, 1500, 2000]
     assert seed["curve"][0]["mean_return"] == 123.0
+
+
+def metrics_show_updates(run: Path) -> bool:
+    path = run / "metrics.csv"
+    if not path.exists():
+        return False
+    with path.open(newline="") as handle:
+        return any(float(row["updates"] or 0) > 0 for row in csv.DictReader(handle))
+
+
+@pytest.mark.slow
+def test_ctrl_c_lets_the_training_run_stop_and_save_and_ends_the_bench(tmp_path: Path) -> None:
+    """A terminal's Ctrl-C (SIGINT to the whole process group) while a seed trains: the run
+    stops as on its own Ctrl-C, with its final checkpoint and replay, and the bench ends
+    with 130 and one line saying so, evaluating nothing. (It used subprocess.call, which
+    killed the run on the bench's KeyboardInterrupt: no final checkpoint, no replay.)"""
+    command = [sys.executable, "main.py", "bench", "--only", "learning", "--name", "tiny", "--out", str(tmp_path)]
+    command += ["--frames", "1000000", "--mark-frames", "500", "--", "--preset", "tiny"]
+    bench_proc = subprocess.Popen(
+        command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
+    run = tmp_path / "tiny-s0"
+    try:
+        wait_until(lambda: metrics_show_updates(run), 600, "training to start", proc=bench_proc)
+        os.killpg(bench_proc.pid, signal.SIGINT)
+        _, err = bench_proc.communicate(timeout=300)
+    finally:
+        if bench_proc.poll() is None:
+            os.killpg(bench_proc.pid, signal.SIGKILL)
+            bench_proc.wait()
+    assert bench_proc.returncode == EXIT_INTERRUPTED, err[-3000:]
+    assert "Traceback" not in err, err[-3000:]
+    log = (tmp_path / "tiny-s0.out").read_text()
+    stopped = re.findall(r"INFO stopped frames (\d+)", log)
+    assert stopped, log[-3000:]
+    assert run_frames(run) == int(stopped[-1])  # the final checkpoint, at the frames it stopped at
+    assert (run / "checkpoints" / "replay.npz").exists()
+    assert err.strip().splitlines()[-1] == (
+        f"learning bench: stopped; {run} saved at {int(stopped[-1]):,} frames, and the same command resumes it "
+        "(marks are evaluated once training is done)"
+    )
+    assert not (tmp_path / "tiny.json").exists()  # nothing evaluated
+    assert not project_segments(run_tag(run))
