@@ -372,7 +372,12 @@ def learning_command(argv: list[str]) -> int:
         if not args.no_train and run_frames(run) < args.frames:
             try:
                 train(run, seed, args, train_args)
+                # A run that ends cleanly short of its frames was stopped (Ctrl-C or SIGTERM
+                # sent to it, or to a bench that ignores SIGINT, as a background job does).
+                stopped = run_frames(run) < args.frames
             except KeyboardInterrupt:
+                stopped = True
+            if stopped:
                 print(
                     f"learning bench: stopped; {run} saved at {run_frames(run):,} frames, and the same command "
                     "resumes it (marks are evaluated once training is done)",

@@ -369,16 +369,30 @@ def metrics_show_updates(run: Path) -> bool:
         return any(float(row["updates"] or 0) > 0 for row in csv.DictReader(handle))
 
 
+def ignore_sigint() -> None:
+    """As a shell starts a background job (``command &``): SIGINT ignored."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 @pytest.mark.slow
-def test_ctrl_c_lets_the_training_run_stop_and_save_and_ends_the_bench(tmp_path: Path) -> None:
+@pytest.mark.parametrize("bench_sigint", ["handled", "ignored"])
+def test_ctrl_c_lets_the_training_run_stop_and_save_and_ends_the_bench(tmp_path: Path, bench_sigint: str) -> None:
     """A terminal's Ctrl-C (SIGINT to the whole process group) while a seed trains: the run
     stops as on its own Ctrl-C, with its final checkpoint and replay, and the bench ends
     with 130 and one line saying so, evaluating nothing. (It used subprocess.call, which
-    killed the run on the bench's KeyboardInterrupt: no final checkpoint, no replay.)"""
+    killed the run on the bench's KeyboardInterrupt: no final checkpoint, no replay; and
+    a bench that ignored SIGINT, started in the background, went on to evaluate the
+    marks and train the next seed.)"""
     command = [sys.executable, "main.py", "bench", "--only", "learning", "--name", "tiny", "--out", str(tmp_path)]
     command += ["--frames", "1000000", "--mark-frames", "500", "--", "--preset", "tiny"]
     bench_proc = subprocess.Popen(
-        command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+        command,
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        preexec_fn=ignore_sigint if bench_sigint == "ignored" else None,
     )
     run = tmp_path / "tiny-s0"
     try:
