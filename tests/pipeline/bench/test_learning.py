@@ -6,7 +6,6 @@ bench's help, and a real (tiny) run trained, continued and evaluated through
 
 from __future__ import annotations
 
-import csv
 import json
 import os
 import re
@@ -63,6 +62,7 @@ from pipeline.learning.checkpoint import save_checkpoint
 from pipeline.run.evaluator.protocol import Protocol
 from pipeline.transport.segments import project_segments, run_tag
 from tests.conftest import wait_until
+from tests.pipeline.run.test_trainer import training_started
 
 ROOT = Path(__file__).resolve().parents[3]
 CATCH = Config(env_id="Catch-v0")
@@ -361,14 +361,6 @@ def test_trains_evaluates_marks_and_continues_a_shorter_run(tmp_path: Path) -> N
     assert seed["curve"][0]["mean_return"] == 123.0
 
 
-def metrics_show_updates(run: Path) -> bool:
-    path = run / "metrics.csv"
-    if not path.exists():
-        return False
-    with path.open(newline="") as handle:
-        return any(float(row["updates"] or 0) > 0 for row in csv.DictReader(handle))
-
-
 def ignore_sigint() -> None:
     """As a shell starts a background job (``command &``): SIGINT ignored."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -396,7 +388,7 @@ def test_ctrl_c_lets_the_training_run_stop_and_save_and_ends_the_bench(tmp_path:
     )
     run = tmp_path / "tiny-s0"
     try:
-        wait_until(lambda: metrics_show_updates(run), 600, "training to start", proc=bench_proc)
+        wait_until(lambda: training_started(run), 600, "training to start", proc=bench_proc)
         os.killpg(bench_proc.pid, signal.SIGINT)
         _, err = bench_proc.communicate(timeout=300)
     finally:

@@ -26,7 +26,7 @@ from pipeline.run.run_checkpoints import KEEP_CHECKPOINTS
 from pipeline.transport.segments import project_segments, run_tag
 from tests.conftest import wait_until
 from tests.pipeline.producers import attached_ring
-from tests.pipeline.run.test_trainer import ROOT, checkpoints, read_csv
+from tests.pipeline.run.test_trainer import ROOT, checkpoints, read_csv, training_started
 
 pytestmark = pytest.mark.slow
 
@@ -55,11 +55,6 @@ def collector_pids(proc: subprocess.Popen[str]) -> set[int]:
         except psutil.Error:  # exited, or a zombie, while we looked
             pass
     return pids
-
-
-def training_started(run: Path) -> bool:
-    path = run / "metrics.csv"
-    return path.exists() and any(float(r["updates"] or 0) > 0 for r in read_csv(path))
 
 
 def slot_starts(run: Path) -> list[int]:

@@ -57,6 +57,12 @@ def read_csv(path: Path) -> list[dict[str, str]]:
         return list(csv.DictReader(f))
 
 
+def training_started(run: Path) -> bool:
+    """Whether the run's metrics.csv shows updates: training is under way."""
+    path = run / "metrics.csv"
+    return path.exists() and any(float(r["updates"] or 0) > 0 for r in read_csv(path))
+
+
 def greedy_return(checkpoint: Path, episodes: int = 20) -> tuple[float, float]:
     """Mean greedy return of a checkpoint's acting network (the one ``eval``, ``play`` and
     ``export`` take from it) on Catch, and Catch's optimal return."""
@@ -208,12 +214,7 @@ def test_sigint_stops_cleanly_and_resume_continues_counters(tmp_path):
     run = tmp_path / "interrupt"
     proc = start_main("--preset", "tiny", "--run-dir", str(tmp_path), "--run-name", "interrupt", "--monitor", "log")
     try:
-        # Wait until training is under way: the CSV shows updates.
-        def training() -> bool:
-            path = run / "metrics.csv"
-            return path.exists() and any(float(r["updates"]) > 0 for r in read_csv(path))
-
-        wait_until(training, 600, "training to start", proc=proc)
+        wait_until(lambda: training_started(run), 600, "training to start", proc=proc)
         proc.send_signal(signal.SIGINT)
         output, _ = proc.communicate(timeout=300)
     finally:
