@@ -306,7 +306,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         ring_capacity=4096,
         updates_per_epoch=250,
     ),
-    # Catch-v0 learned to the optimal return in ~85 s on 2 cores (3 seeds: 5.0, 4.7, 5.0 of 5).
+    # Catch-v0 learned to the optimal return within 10k frames (~630 updates) on 8 seeds.
     # No evaluator: the preset is for smoke tests, where one more process only costs time.
     # One learner thread: beside the collectors, two threads on a busy 2-core box took
     # 370 ms an update against one thread's 75 ms (torch's threads wait on each other).

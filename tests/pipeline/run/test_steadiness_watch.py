@@ -101,15 +101,15 @@ def test_measurements_with_no_publish_between_keep_their_states() -> None:
 
 
 def test_a_run_measures_at_a_target_copy_at_most_every_min_interval() -> None:
-    """By hand, with the floor at 500 updates: the default's copies every 2,000 updates
-    are each measured; the tiny preset's every 200 at every 3rd (600, the first multiple
-    past the floor); copies every 250 at every 2nd (500); every 500, each."""
-    assert MIN_INTERVAL_UPDATES == 500
+    """By hand, with the floor at 400 updates: the default's copies every 2,000 updates
+    are each measured; the tiny preset's every 200 at every 2nd (400); copies every 150
+    at every 3rd (450, the first multiple past the floor); every 500, each."""
+    assert MIN_INTERVAL_UPDATES == 400
     assert measurement_interval(2000) == 2000
-    assert measurement_interval(200) == 600
-    assert measurement_interval(250) == 500
+    assert measurement_interval(200) == 400
+    assert measurement_interval(150) == 450
     assert measurement_interval(500) == 500
-    assert measurement_interval(1) == 500
+    assert measurement_interval(1) == 400
 
 
 def test_the_watch_is_off_at_interval_zero() -> None:
