@@ -22,9 +22,20 @@ from typing import Any, Final
 
 from config_validation import ConfigError
 
-__all__ = ["ANY_VALUE", "REMOVED", "REMOVED_TAG", "RETIRED", "RemovedOptionError", "check_saved", "removed_setting"]
+__all__ = [
+    "ANY_VALUE",
+    "REMOVED",
+    "REMOVED_COMMIT",
+    "REMOVED_TAG",
+    "RETIRED",
+    "RemovedOptionError",
+    "check_saved",
+    "removed_setting",
+]
 
 REMOVED_TAG: Final = "pre-option-removal"
+# The commit the tag names: a clone that fetched no tags can still check it out.
+REMOVED_COMMIT: Final = "8669a59"
 
 
 class _AnyValue:
@@ -99,6 +110,6 @@ def check_saved(saved: Mapping[str, Any], source: str) -> None:
     name, value, what = found
     option = f"{name}={value!r}" + (f" ({what})" if what else "")
     raise RemovedOptionError(
-        f"{source} was trained with {option}, an option removed after the tag {REMOVED_TAG}; "
-        f"check out that tag to resume or evaluate it"
+        f"{source} was trained with {option}, an option removed after the tag {REMOVED_TAG} "
+        f"(commit {REMOVED_COMMIT}); check out that tag to resume or evaluate it"
     )

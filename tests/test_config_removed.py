@@ -8,7 +8,16 @@ import dataclasses
 import pytest
 
 from config import FIELD_NAMES, SAVED_BEFORE, Config
-from config_removed import ANY_VALUE, REMOVED, REMOVED_TAG, RETIRED, RemovedOptionError, check_saved, removed_setting
+from config_removed import (
+    ANY_VALUE,
+    REMOVED,
+    REMOVED_COMMIT,
+    REMOVED_TAG,
+    RETIRED,
+    RemovedOptionError,
+    check_saved,
+    removed_setting,
+)
 from config_validation import ConfigError
 
 # The removed options as the code before the tag saved them by default: the config of the
@@ -49,12 +58,13 @@ def refusal(name: str, value: object, what: str = "") -> str:
     option = f"{name}={value!r}" + (f" ({what})" if what else "")
     return (
         f"checkpoint runs/x/final.pt was trained with {option}, an option removed after the tag "
-        f"pre-option-removal; check out that tag to resume or evaluate it"
+        f"pre-option-removal (commit 8669a59); check out that tag to resume or evaluate it"
     )
 
 
 def test_the_table_names_exactly_the_removed_fields() -> None:
     assert REMOVED_TAG == "pre-option-removal"
+    assert REMOVED_COMMIT == "8669a59"  # the tag's commit (git rev-parse --short pre-option-removal)
     assert set(REMOVED) == set(SAVED_AT_THE_TAG)
     assert not set(REMOVED) & FIELD_NAMES  # none is a field any more
     assert set(RETIRED) <= FIELD_NAMES  # a retired value belongs to a field that stays

@@ -333,7 +333,7 @@ def test_a_checkpoint_of_a_removed_option_resumes_at_todays_value_else_is_refuse
     assert main(["--preset", "tiny", "--resume", str(run)]) == 2
     assert capsys.readouterr().err.strip().splitlines() == [
         f"main.py: error: checkpoint {path} was trained with batch_renorm=True, an option removed after "
-        "the tag pre-option-removal; check out that tag to resume or evaluate it"
+        "the tag pre-option-removal (commit 8669a59); check out that tag to resume or evaluate it"
     ]
     assert sorted(p.name for p in run.rglob("*")) == before  # no lock, log or config written
 
