@@ -105,7 +105,16 @@ def test_killed_collector_is_replaced_and_no_record_is_lost(tmp_path):
         wait_until(
             lambda: float(read_csv(run / "metrics.csv")[-1]["restarts"]) >= 1, 50, proc=proc
         )  # the monitor shows it
-        wait_until(lambda: sorted(slot_starts(run)) == [1, 1, 2, 2], 300, proc=proc)  # the new one attached
+        last_read: dict[str, list[int]] = {}  # what the ring said last, for the failure message
+
+        def replacement_attached() -> bool:
+            last_read["starts"] = sorted(slot_starts(run))
+            return last_read["starts"] == [1, 1, 2, 2]
+
+        try:
+            wait_until(replacement_attached, 300, "the replacement to count its start on both slots", proc=proc)
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}; the ring's slot starts read {last_read.get('starts')}") from None
         output = interrupt(proc)
     finally:
         if proc.poll() is None:
