@@ -243,6 +243,10 @@ class Trainer:
                 await asyncio.wait_for(stop.wait(), timeout=0.5)
             except asyncio.TimeoutError:
                 pass
+        # A stop just after the frames passed a mark keeps it: a resume goes on from the next.
+        self._collector_totals()
+        if cfg.mark_interval_frames and not self.fatal and self.total("frames") >= self._next_mark:
+            await self.save_mark_in_background()
 
     def _replay_save_due(self) -> bool:
         cfg = self.cfg
