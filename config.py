@@ -329,8 +329,8 @@ PRESETS: dict[str, dict[str, Any]] = {
         epsilon_decay_frames=2_000,
         target_sync_updates=200,
         # 64 calibration states, not 256: with a publish every 10 updates, 256 took 21 % of
-        # the learner's time and 64 takes 6 %; the Catch test's run (35k frames, seeds 0-3)
-        # still reached 5.0 of 5 by 27.5k frames and ended at 4.8-5.0.
+        # the learner's time and 64 takes 6 %; Catch's 10 x 12 grid of then (35k frames,
+        # seeds 0-3) still reached 5.0 of 5 by 27.5k frames and ended at 4.8-5.0.
         bn_calibration_states=64,
         monitor="off",
         checkpoint_interval_s=60.0,
