@@ -223,8 +223,7 @@ class Trainer:
             res.weights.epsilon = self.epsilon()
             if res.replay.prioritized:
                 res.replay.beta = priority_beta_at(self.total("frames"))
-            if cfg.mark_interval_frames and self.total("frames") >= self._next_mark:
-                await self.save_mark_in_background()  # before the stop check: the last mark counts
+            await self.keep_due_mark()  # before the stop check: the last mark counts
             if cfg.total_frames and self.total("frames") >= cfg.total_frames:
                 self._ask_final_evaluation()  # before the stop flag, which the evaluator would obey
                 self.request_stop(f"reached {cfg.total_frames} frames")
@@ -245,8 +244,7 @@ class Trainer:
                 pass
         # A stop just after the frames passed a mark keeps it: a resume goes on from the next.
         self._collector_totals()
-        if cfg.mark_interval_frames and not self.fatal and self.total("frames") >= self._next_mark:
-            await self.save_mark_in_background()
+        await self.keep_due_mark()
 
     def _replay_save_due(self) -> bool:
         cfg = self.cfg
@@ -346,10 +344,12 @@ class Trainer:
             self.resources.checkpoints, payload, frames, score, self.write_failures, self.cfg.checkpoint_interval_s
         )
 
-    async def save_mark_in_background(self) -> Path | None:
-        """The online net at the frame mark just passed (a few frames past it: collectors
-        are not stopped for it), with its statistics re-estimated as a publish would, written
-        by a worker thread; a failed write is reported once, and that mark is skipped."""
+    async def keep_due_mark(self) -> Path | None:
+        """Once the frames pass the next mark, unless the run failed: the online net there (a few
+        frames past it), its statistics re-estimated as a publish would, written by a worker
+        thread; a failed write is reported once and that mark skipped. None if none is due."""
+        if not self.cfg.mark_interval_frames or self.fatal or self.total("frames") < self._next_mark:
+            return None
         res = self.resources
         res.calibration.calibrate()
         totals = {k: self.total(k) for k in COUNTER_KEYS}
