@@ -99,7 +99,7 @@ class NodeAgent:
         atexit.register(self._release)
         # Ray kills an agent whose driver died before any of its code can run: a process
         # outside Ray's tree unlinks these two blocks then (see pipeline.cluster.reaper).
-        if not reaper.launch(os.getpid(), [self.ring_segment.name, self.weights_segment.name]):
+        if not reaper.launch(os.getpid(), segments.PREFIX, [self.ring_segment.name, self.weights_segment.name]):
             logger.warning("could not start the segments' reaper; if Ray kills this agent, the next run removes them")
         self.ring = R.TransitionRing.initialise(self.ring_segment.buf, layout)
         self.weights = WeightsBlock.initialise(self.weights_segment.buf, num_floats)

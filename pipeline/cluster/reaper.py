@@ -15,7 +15,7 @@ time in ``/proc/<pid>/stat`` differs), it unlinks whichever of the agent's segme
 still exist, and exits. When the agent releases its segments itself (a normal
 shutdown), the reaper sees them gone and exits too.
 
-The file runs as a script (``python reaper.py PID NAME...``) and uses the standard library
+The file runs as a script (``python reaper.py PID PREFIX NAME...``) and uses the standard library
 only: it starts in a fraction of a second and imports nothing of the project.
 """
 
@@ -56,17 +56,18 @@ def start_time(pid: int) -> str | None:
     return stat.rsplit(")", 1)[1].split()[19]
 
 
-def owned_names(pid: int, names: list[str]) -> list[str]:
-    """The names that are this project's segments owned by ``pid`` (nothing else is ever unlinked)."""
-    return [name for name in names if name.startswith("mario_") and f"_{pid}_" in name and "/" not in name]
+def owned_names(pid: int, prefix: str, names: list[str]) -> list[str]:
+    """The names that are this project's segments (``prefix``: the agent's segment prefix)
+    owned by ``pid``; nothing else is ever unlinked."""
+    return [name for name in names if name.startswith(prefix) and f"_{pid}_" in name and "/" not in name]
 
 
-def watch(pid: int, started: str | None, names: list[str], poll_s: float = POLL_S) -> list[str]:
+def watch(pid: int, started: str | None, prefix: str, names: list[str], poll_s: float = POLL_S) -> list[str]:
     """Wait until ``pid`` (started at ``started``) is gone, then unlink ``names``; return those unlinked.
 
     Returns early, unlinking nothing, once none of ``names`` exists (the agent released them).
     """
-    names = owned_names(pid, names)
+    names = owned_names(pid, prefix, names)
     while True:
         present = [name for name in names if (SHM_DIR / name).exists()]
         if not present:
@@ -83,8 +84,9 @@ def watch(pid: int, started: str | None, names: list[str], poll_s: float = POLL_
         time.sleep(poll_s)
 
 
-def launch(pid: int, names: list[str]) -> bool:
-    """Start the reaper of the agent ``pid`` and its segments ``names`` (called by the agent).
+def launch(pid: int, prefix: str, names: list[str]) -> bool:
+    """Start the reaper of the agent ``pid`` and its segments ``names``, named with ``prefix``
+    (the agent's :data:`pipeline.transport.segments.PREFIX`; called by the agent).
 
     Returns whether it started; without it the agent still runs (its segments are then
     removed only by the next run on the machine, as their owner pid is gone).
@@ -92,7 +94,7 @@ def launch(pid: int, names: list[str]) -> bool:
     try:
         subprocess.run(
             # -I: nothing from the environment or this file's folder on the module path.
-            [sys.executable, "-I", str(Path(__file__).resolve()), str(pid), *names],
+            [sys.executable, "-I", str(Path(__file__).resolve()), str(pid), prefix, *names],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
@@ -107,14 +109,14 @@ def launch(pid: int, names: list[str]) -> bool:
 
 
 def main(argv: list[str]) -> int:
-    pid, names = int(argv[0]), argv[1:]
+    pid, prefix, names = int(argv[0]), argv[1], argv[2:]
     started = start_time(pid)  # read while the agent waits for this intermediate: it is alive
     if os.fork():
         os._exit(0)  # the intermediate: the reaper below is now nobody's child in Ray's tree
     for sig in (signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, signal.SIG_IGN)
     os.chdir("/")  # holds no directory of the run (a test's temporary one) open
-    watch(pid, started, names)
+    watch(pid, started, prefix, names)
     return 0
 
 

@@ -6,7 +6,11 @@ names carry a short tag of the run and the owner's pid::
     mario_<run-tag>_<owner-pid>_<kind>
 
 so a later start can find segments whose owner is gone (a learner killed with SIGKILL)
-and remove them. ``multiprocessing.shared_memory`` creates segments with mode 0o600
+and remove them. The ``mario_`` prefix can be changed with ``MARIO_SEGMENT_PREFIX``:
+runs under different prefixes never see each other's segments, not even to remove a dead
+one's. The test suite's parallel workers each take one, so one worker's fault tests (a
+learner killed on purpose, its segments left to the next start) are not cleaned up under
+them by a run in another. ``multiprocessing.shared_memory`` creates segments with mode 0o600
 (owner-only), which is what we want for training data.
 
 Python 3.11 registers a segment with the resource tracker on create *and* on attach.
@@ -20,12 +24,33 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shutil
 from multiprocessing import shared_memory
 from pathlib import Path
 
-PREFIX = "mario_"
+from pipeline.common.errors import UserError
+
+PREFIX_ENV = "MARIO_SEGMENT_PREFIX"
 SHM_DIR = Path("/dev/shm")
+
+
+def _prefix_from_environment() -> str:
+    """``$MARIO_SEGMENT_PREFIX`` (default ``mario_``): lowercase letters and digits, then ``_``.
+
+    Nothing else is allowed, so that the owner pid and the kind can still be read back
+    from a name (:func:`owner_pid`) and a name stays a plain file name in /dev/shm.
+    """
+    prefix = os.environ.get(PREFIX_ENV, "mario_")
+    if not re.fullmatch(r"[a-z][a-z0-9]{0,15}_", prefix):
+        raise UserError(
+            f"{PREFIX_ENV}={prefix!r} is not a segment prefix: use 1-16 lowercase letters and digits "
+            "(a letter first) and a final '_', e.g. mario_ (the default), or unset it"
+        )
+    return prefix
+
+
+PREFIX = _prefix_from_environment()
 
 
 def run_tag(run_dir: str | os.PathLike[str]) -> str:

@@ -31,7 +31,7 @@ from config import PRESETS, Config  # noqa: E402
 from pipeline.cluster import supervision  # noqa: E402
 from pipeline.cluster.node_link import NodeLink  # noqa: E402
 from pipeline.cluster.ray_backend import RayBackend  # noqa: E402
-from pipeline.transport.segments import attach_segment, project_segments, release  # noqa: E402
+from pipeline.transport.segments import PREFIX, attach_segment, project_segments, release  # noqa: E402
 from pipeline.transport.weights import WeightsBlock  # noqa: E402
 from tests.conftest import run_main, wait_until  # noqa: E402
 from tests.pipeline import producers as P  # noqa: E402
@@ -144,7 +144,7 @@ def node_weights(backend: RayBackend, link: NodeLink) -> tuple[int, np.ndarray]:
     name = next(
         n
         for n in project_segments()
-        if n.startswith(f"mario_{tag_of(backend, link.ledger)}_") and n.endswith("_weights")
+        if n.startswith(f"{PREFIX}{tag_of(backend, link.ledger)}_") and n.endswith("_weights")
     )
     segment = attach_segment(name)
     resource_tracker.unregister(segment._name, "shared_memory")  # the agent owns it, not this process
@@ -193,7 +193,7 @@ def test_every_record_arrives_once_in_order_from_two_nodes_and_weights_reach_bot
     finally:
         backend.stop_all()
         backend.close()
-    wait_until(lambda: not [n for n in project_segments() if n.startswith("mario_raytest")], 60, "agents unlink")
+    wait_until(lambda: not [n for n in project_segments() if n.startswith(f"{PREFIX}raytest")], 60, "agents unlink")
 
 
 def test_a_restarted_agent_is_accepted_as_a_new_incarnation_and_nothing_is_counted_twice(
@@ -234,6 +234,7 @@ def test_a_restarted_agent_is_accepted_as_a_new_incarnation_and_nothing_is_count
         backend.close()
 
 
+@pytest.mark.slow
 def test_a_removed_node_is_reported_once_with_its_lost_records_and_a_new_node_takes_its_place(
     cluster, tmp_path, caplog
 ):
@@ -260,7 +261,7 @@ def test_a_removed_node_is_reported_once_with_its_lost_records_and_a_new_node_ta
         )
         received = ledger.next_seq.copy()
         victim_tag = tag_of(backend, ledger)
-        assert [n for n in project_segments() if n.startswith(f"mario_{victim_tag}_")]
+        assert [n for n in project_segments() if n.startswith(f"{PREFIX}{victim_tag}_")]
         c.remove_node(next(n for n in nodes if n.node_id == ledger.node_id), allow_graceful=False)
         with caplog.at_level("WARNING", logger="mario.cluster"):
             drive(backend, lambda: victim.state == "dead", budget=lambda: budget["value"])
@@ -315,7 +316,7 @@ def test_a_driver_killed_by_sigkill_leaves_no_segment_of_its_agents(cluster, tmp
     )
 
     def ours() -> list[str]:
-        return [n for n in project_segments() if n.startswith(f"mario_{RUN_TAG}")]
+        return [n for n in project_segments() if n.startswith(f"{PREFIX}{RUN_TAG}")]
 
     try:
         assert driver.stdout is not None
@@ -344,6 +345,7 @@ def _running(pid: int) -> bool:
         return False
 
 
+@pytest.mark.slow
 def test_node_collectors_deliver_what_the_same_local_collectors_deliver_with_the_same_weights(cluster, tmp_path):
     """Real Catch collectors, one per node, act with weights published once through Ray; the
     learner receives, stream by stream and byte for byte, the records that the same two

@@ -13,7 +13,7 @@ from multiprocessing import resource_tracker
 from pathlib import Path
 
 from pipeline.cluster import reaper
-from pipeline.transport.segments import SHM_DIR, create_segment, release
+from pipeline.transport.segments import PREFIX, SHM_DIR, create_segment, release
 from tests.conftest import wait_until
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -23,11 +23,11 @@ STAND_IN = """
 import os, sys, time
 from multiprocessing import resource_tracker
 from pipeline.cluster import reaper
-from pipeline.transport.segments import create_segment
-name = f"mario_reapertest_{os.getpid()}_ring"
+from pipeline.transport.segments import PREFIX, create_segment
+name = f"{PREFIX}reapertest_{os.getpid()}_ring"
 segment = create_segment(name, 4096)
 resource_tracker.unregister(segment._name, "shared_memory")
-assert reaper.launch(os.getpid(), [name])
+assert reaper.launch(os.getpid(), PREFIX, [name])
 print(name, flush=True)
 time.sleep(600)
 """
@@ -53,7 +53,7 @@ def test_an_agent_killed_by_sigkill_has_its_segment_unlinked_by_its_reaper():
     try:
         assert proc.stdout is not None
         name = proc.stdout.readline().strip()
-        assert name.startswith("mario_reapertest_") and (SHM_DIR / name).exists()
+        assert name.startswith(f"{PREFIX}reapertest_") and (SHM_DIR / name).exists()
         (watcher,) = reapers_of(proc.pid)
         # Not the agent's child, nor in its process group: what Ray kills with the agent.
         assert watcher not in {p.pid for p in _children(proc.pid)}
@@ -66,16 +66,18 @@ def test_an_agent_killed_by_sigkill_has_its_segment_unlinked_by_its_reaper():
 
 
 def test_the_reaper_leaves_when_the_agent_released_its_segments_and_touches_nothing_else():
-    name = f"mario_reapertest_{os.getpid()}_weights"
+    name = f"{PREFIX}reapertest_{os.getpid()}_weights"
     # Already released: it returns at once, with nothing unlinked, though the agent lives.
-    assert reaper.watch(os.getpid(), reaper.start_time(os.getpid()), [name], poll_s=0.01) == []
+    assert reaper.watch(os.getpid(), reaper.start_time(os.getpid()), PREFIX, [name], poll_s=0.01) == []
     segment = create_segment(name, 4096)
     resource_tracker.unregister(segment._name, "shared_memory")
     try:
         # Another process now holds the pid (its start time differs): the agent is gone.
-        # Names that are not this project's segments of that pid are never unlinked.
-        foreign = ["mario_other_1_ring", "not_ours", f"mario_x_{os.getpid()}_../../etc"]
-        assert reaper.watch(os.getpid(), "0", [name, *foreign], poll_s=0.01) == [name]
+        # Names that are not this project's segments of that pid are never unlinked, nor
+        # that pid's segments under another prefix (another test worker's, say).
+        other_prefix = f"x{PREFIX}reapertest_{os.getpid()}_ring"
+        foreign = [f"{PREFIX}other_1_ring", "not_ours", f"{PREFIX}x_{os.getpid()}_../../etc", other_prefix]
+        assert reaper.watch(os.getpid(), "0", PREFIX, [name, *foreign], poll_s=0.01) == [name]
         assert not (SHM_DIR / name).exists()
     finally:
         release(segment, unlink=False)

@@ -8,7 +8,10 @@ import os
 import shutil
 import signal
 import stat
+import subprocess
+import sys
 from multiprocessing import resource_tracker, shared_memory
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -16,6 +19,7 @@ import pytest
 from pipeline.transport import segments
 from tests.pipeline import producers as P
 
+ROOT = Path(__file__).resolve().parents[3]
 TAG = P.new_tag("shm")
 CTX = mp.get_context("spawn")
 
@@ -48,14 +52,52 @@ def _unlink_quietly(name: str) -> None:
 # ------------------------------------------------------------------------ names
 def test_segment_names_carry_tag_and_pid():
     name = segments.segment_name(TAG, "ring")
-    assert name == f"mario_{TAG}_{os.getpid()}_ring"
+    assert name == f"{segments.PREFIX}{TAG}_{os.getpid()}_ring"
     assert segments.owner_pid(name) == os.getpid()
-    assert segments.segment_name(TAG, "weights", pid=4321) == f"mario_{TAG}_4321_weights"
+    assert segments.segment_name(TAG, "weights", pid=4321) == f"{segments.PREFIX}{TAG}_4321_weights"
     assert segments.owner_pid(segments.segment_name(TAG, "weights", pid=4321)) == 4321
     # Kinds may contain underscores; the pid is still the second field.
     assert segments.owner_pid(segments.segment_name(TAG, "ring_b", pid=77)) == 77
-    for foreign in ("psm_1234", "mario_", f"mario_{TAG}", f"mario_{TAG}_12x_ring", "sem.mp-abc"):
+    prefix = segments.PREFIX
+    for foreign in (
+        "psm_1234",
+        prefix,
+        f"{prefix}{TAG}",
+        f"{prefix}{TAG}_12x_ring",
+        "sem.mp-abc",
+        f"x{prefix}{TAG}_1_ring",
+    ):
         assert segments.owner_pid(foreign) is None, foreign
+
+
+SHOW_PREFIX = """
+from pipeline.transport import segments
+name = segments.segment_name("t", "ring", pid=42)
+print(segments.PREFIX, name, segments.owner_pid(name))
+"""
+
+
+def _with_prefix(value: str | None) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k != segments.PREFIX_ENV}
+    if value is not None:
+        env[segments.PREFIX_ENV] = value
+    return subprocess.run(
+        [sys.executable, "-c", SHOW_PREFIX], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
+    )
+
+
+def test_the_prefix_comes_from_the_environment_and_a_bad_one_is_refused_in_one_line():
+    """``MARIO_SEGMENT_PREFIX`` names the segments (the suite's xdist workers set one each);
+    without it they are ``mario_``; a value that would break reading the pid back out of a
+    name, or the file name itself, is refused with a message that says what to use."""
+    assert _with_prefix(None).stdout.split() == ["mario_", "mario_t_42_ring", "42"]
+    assert _with_prefix("gw3x_").stdout.split() == ["gw3x_", "gw3x_t_42_ring", "42"]
+    for bad in ("Mario_", "mario", "mario_x_", "../x_", "_", "a" * 17 + "_"):
+        result = _with_prefix(bad)
+        assert result.returncode != 0, bad
+        last = result.stderr.strip().splitlines()[-1]
+        assert f"MARIO_SEGMENT_PREFIX={bad!r} is not a segment prefix" in last, last
+        assert "lowercase letters and digits" in last and "mario_ (the default)" in last
 
 
 def test_run_tag_is_short_stable_and_parseable(tmp_path):
