@@ -36,8 +36,11 @@ format: install-test
 	$(VENV)/bin/ruff check --fix .
 	$(VENV)/bin/ruff format .
 
+# One pytest worker per core this process may use (-n auto, see tests/conftest.py). Each
+# test module runs whole on one worker (loadfile): a module's costly fixtures (a Ray
+# cluster, a training run, a compiled learner) are built once, not once per worker.
 test: lint
-	$(PY) -m pytest -q --durations=15
+	$(PY) -m pytest -q -n auto --dist loadfile --durations=15
 
 bench: install
 	$(PY) main.py bench $(ARGS)

@@ -3,6 +3,12 @@
 Every test module runs under :func:`_no_leaked_segments`: a segment of this project that
 appears in /dev/shm while a module runs and is still there when it ends fails the module.
 The test process itself runs torch on one thread (:func:`_one_torch_thread`).
+
+``make test`` runs the suite on one pytest-xdist worker per core this process may use
+(:func:`pytest_xdist_auto_num_workers`). Each worker's segments get a prefix of their own
+(``MARIO_SEGMENT_PREFIX``, set below before anything reads it), so the workers are as
+apart as two machines: a run's start in one never removes what a fault test in the other
+left on purpose, and each worker's leak check sees its own segments only.
 """
 
 from __future__ import annotations
@@ -12,7 +18,11 @@ import signal
 import subprocess
 import sys
 import time
+from collections import Counter
 from collections.abc import Callable
+
+if _worker := os.environ.get("PYTEST_XDIST_WORKER"):  # gw0, gw1, ...
+    os.environ["MARIO_SEGMENT_PREFIX"] = f"mario{_worker}_"
 
 import psutil
 import pytest
@@ -63,6 +73,24 @@ def run_main(args: list[str], *, cwd: os.PathLike[str] | str, timeout_s: float) 
         timed_out = f"main.py {' '.join(args)} ran past {timeout_s} s; stopped. Last output:\n{stderr[-3000:]}"
         raise AssertionError(timed_out) from None
     return subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Modules with the most ``slow`` tests first, each module's tests in their own order.
+
+    The longest job first is how a few workers finish together: a worker that picks up a
+    module of whole training runs at the end of the suite would run alone for minutes
+    while the other idles. Within a module, and among modules with no slow test, the order
+    is the file order, as in a run without xdist.
+    """
+    slow_tests = Counter(item.path for item in items if item.get_closest_marker("slow"))
+    items.sort(key=lambda item: -slow_tests[item.path])
+
+
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """``-n auto``: one worker per core this process may use (so one under ``taskset -c 0``);
+    xdist's own count is of the machine's cores, whatever the affinity."""
+    return len(os.sched_getaffinity(0))
 
 
 def _leaked_by_us(name: str) -> bool:

@@ -99,6 +99,7 @@ def _start_burner() -> int:
     return int(started.stdout.strip())
 
 
+@pytest.mark.slow
 def test_beside_cpu_burners_every_part_is_printed_busy_ones_flagged_and_json_written(tmp_path, capsys, monkeypatch):
     """A busy machine: one burner per core this process may use. The measured parts are
     flagged BUSY with their figures; a part with no steady window says so in its row and

@@ -242,6 +242,7 @@ def test_marks_are_evaluated_reproducibly_and_cached_by_protocol(tmp_path: Path)
     assert evaluate_marks(run, protocol) == curve and (run / EVAL_CACHE).stat().st_mtime_ns == written
 
 
+@pytest.mark.slow
 def test_a_report_in_an_out_folder_elsewhere_compares_variants_on_the_same_seeds(tmp_path: Path, monkeypatch) -> None:
     elsewhere = tmp_path / "elsewhere"
     out = elsewhere / "learning"

@@ -81,6 +81,7 @@ def test_the_per_stage_table_of_a_curve_by_hand() -> None:
     ]
 
 
+@pytest.mark.slow
 def test_a_random_stages_mark_is_evaluated_on_each_listed_stage_and_cached_by_them(tmp_path: Path) -> None:
     protocol = bench_protocol(episodes=2, epsilon=0.5, max_steps=20)
     config = Config(env_id="SuperMarioBrosRandomStages-v0", stages="1-4,1-1")

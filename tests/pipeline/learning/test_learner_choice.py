@@ -75,6 +75,7 @@ def test_a_failed_compile_does_not_count_as_compiled():
     assert LC.choose_learner(catch(amp="off"), "cpu", measure=measure).variant == "eager"
 
 
+@pytest.mark.slow
 def test_a_real_measurement_of_eager_fp32_and_bf16(private_cache):
     """The real child process, timing the real learner (compile off keeps it short)."""
     choice = LC.choose_learner(catch(compile="off"), "cpu")

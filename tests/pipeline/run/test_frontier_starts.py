@@ -14,6 +14,7 @@ from __future__ import annotations
 import time
 
 import numpy as np
+import pytest
 
 from config import Config
 from envs import make_env
@@ -75,6 +76,7 @@ def split_episodes(records: np.ndarray) -> list[np.ndarray]:
     return [records[start : final + 1] for start, final in zip(starts, finals, strict=False)]
 
 
+@pytest.mark.slow
 def test_a_collector_returns_to_its_furthest_trajectory(tmp_path, capfd) -> None:
     """By replaying the trajectory's prefix for every frontier start; and it closes its
     shared memory at the stop (no view left behind: no BufferError at exit)."""

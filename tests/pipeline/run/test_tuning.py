@@ -57,6 +57,7 @@ def test_the_cost_of_more_updates_per_frame_is_the_balance_at_each_ratio():
     assert expected["8"] == pytest.approx(at_8) and expected["16"] == pytest.approx(at_16)
 
 
+@pytest.mark.slow
 def test_a_real_tuning_on_catch_is_cached_and_used_by_the_auto_preset(tmp_path):
     cfg = Config(env_id="Catch-v0", compile="off", amp="off", learner_threads=1)
     lines = []
@@ -113,6 +114,7 @@ def short_tune(cfg: Config, device: str, log) -> T.Tuning:
     return FULL_TUNE(cfg, device, log, env_seconds=1.0, learner_seconds=0.3, batch_sizes=(32,))
 
 
+@pytest.mark.slow
 def test_tune_beside_a_busy_process_says_so_and_caches_nothing_unless_forced(monkeypatch, capsys):
     """Other processes spinning on the cores this one may use (at least half of them: one
     on a 2-core box) make the figures suspect: the tune command prints them, says the
