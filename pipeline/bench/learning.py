@@ -52,6 +52,7 @@ from typing import Any
 from pipeline.bench.learning_curves import (
     BENCH_EPISODES,
     BENCH_EPSILON,
+    EVAL_CACHE,
     MarkResult,
     bench_protocol,
     evaluate_marks,
@@ -386,7 +387,15 @@ def learning_command(argv: list[str]) -> int:
                 return EXIT_INTERRUPTED
         if not (run / "config.json").exists():
             raise UserError(f"no run in {run}; train it first (drop --no-train)")
-        curve = evaluate_marks(run, protocol)
+        try:
+            curve = evaluate_marks(run, protocol)
+        except KeyboardInterrupt:
+            print(
+                f"learning bench: stopped while evaluating the marks of {run}; the ones evaluated are kept "
+                f"({EVAL_CACHE}), and the same command goes on with the rest",
+                file=sys.stderr,
+            )
+            return EXIT_INTERRUPTED
         seeds.append(seed_result(run, seed, curve))
     result: dict[str, Any] = {
         "name": args.name,

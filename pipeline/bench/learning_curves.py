@@ -35,7 +35,7 @@ import json
 import os
 import statistics
 from collections.abc import Mapping, Sequence
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import asdict, dataclass
 from multiprocessing import get_context
 from pathlib import Path
@@ -181,11 +181,17 @@ def evaluate_marks(run: Path, protocol: Protocol, *, workers: int | None = None)
         workers = workers or max(1, min(len(todo), len(os.sched_getaffinity(0))))
         # spawn: the evaluating children must not inherit this process's torch threads.
         with ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn")) as pool:
-            futures = {p.name: pool.submit(evaluate_mark, str(p), protocol.to_dict()) for p in todo}
-            for name, future in futures.items():
-                done[name] = future.result()
-        cache[key] = done
-        atomic_write_text(cache_path, json.dumps(cache, indent=1) + "\n")
+            futures = {pool.submit(evaluate_mark, str(p), protocol.to_dict()): p.name for p in todo}
+            try:
+                # Each mark is kept as it finishes (a mark of 1-1 takes minutes): a Ctrl-C
+                # or a mark that fails loses only the marks still being played.
+                for future in as_completed(futures):
+                    done[futures[future]] = future.result()
+                    cache[key] = done
+                    atomic_write_text(cache_path, json.dumps(cache, indent=1) + "\n")
+            except BaseException:
+                pool.shutdown(wait=False, cancel_futures=True)  # the marks not started yet
+                raise
     curve = sorted((MarkResult.from_dict(value) for value in done.values()), key=lambda r: r.frames)
     for result in curve:
         if result.stages is None and len(stages) == 1:  # an entry from before marks kept their stages

@@ -20,6 +20,7 @@ import torch
 
 from config import Config
 from models import QNetwork
+from pipeline.bench import learning as learning_module
 from pipeline.bench.command import _without_only_learning
 from pipeline.bench.learning import (
     EXIT_INTERRUPTED,
@@ -240,6 +241,40 @@ def test_marks_are_evaluated_reproducibly_and_cached_by_protocol(tmp_path: Path)
     # Evaluated marks are read back, not played again.
     written = (run / EVAL_CACHE).stat().st_mtime_ns
     assert evaluate_marks(run, protocol) == curve and (run / EVAL_CACHE).stat().st_mtime_ns == written
+
+
+def test_each_mark_is_kept_as_it_finishes_so_a_failure_loses_only_the_rest(tmp_path: Path) -> None:
+    """One process plays the marks in frame order: the first is cached before the third (a
+    file that is no checkpoint) fails, and the next call reads it back, not played again."""
+    run = fake_run(tmp_path / "v-s0", {500_000: None, 1_000_000: None})
+    broken = run / "checkpoints" / "marks" / "frames-001500000.pt"
+    broken.write_bytes(b"not a checkpoint")
+    protocol = bench_protocol(episodes=2, epsilon=0.3, max_steps=30)
+    with pytest.raises(Exception, match="frames-001500000"):
+        evaluate_marks(run, protocol, workers=1)
+    cache = json.loads((run / EVAL_CACHE).read_text())
+    assert "frames-000500000.pt" in cache[cache_key(protocol)]  # kept before the failure
+    # Marked, to tell a read-back from a replay (which would give the real figure again).
+    cache[cache_key(protocol)]["frames-000500000.pt"]["mean_x_pos"] = -5.0
+    (run / EVAL_CACHE).write_text(json.dumps(cache))
+    broken.unlink()
+    curve = evaluate_marks(run, protocol, workers=1)
+    assert [r.frames for r in curve] == [500_000, 1_000_000] and curve[0].mean_x_pos == -5.0
+
+
+def test_a_ctrl_c_while_marks_are_evaluated_says_what_is_kept_and_exits_130(tmp_path: Path, monkeypatch, capsys):
+    fake_run(tmp_path / "v-s0", {500_000: None})
+
+    def interrupted(run: Path, protocol) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(learning_module, "evaluate_marks", interrupted)
+    argv = ["--out", str(tmp_path), "--name", "v", "--seeds", "0", "--frames", "500000", "--no-train"]
+    assert learning_command(argv) == EXIT_INTERRUPTED == 130
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith(f"learning bench: stopped while evaluating the marks of {tmp_path / 'v-s0'}")
+    assert EVAL_CACHE in line and "the same command goes on with the rest" in line
+    assert not (tmp_path / "v.json").exists()  # no report of half a run
 
 
 @pytest.mark.slow
