@@ -175,7 +175,7 @@ def evaluate_marks(run: Path, protocol: Protocol, *, workers: int | None = None)
     cache: dict[str, Any] = json.loads(cache_path.read_text()) if cache_path.exists() else {}
     stages, random = run_stages(run)
     key = cache_key(protocol, [stage for stage, _ in stages] if random else ())
-    done: dict[str, dict[str, Any]] = cache.get(key, {})
+    done: dict[str, dict[str, Any]] = cache.setdefault(key, {})
     todo = [path for path in mark_files(run) if path.name not in done]
     if todo:
         workers = workers or max(1, min(len(todo), len(os.sched_getaffinity(0))))
@@ -187,7 +187,6 @@ def evaluate_marks(run: Path, protocol: Protocol, *, workers: int | None = None)
                 # or a mark that fails loses only the marks still being played.
                 for future in as_completed(futures):
                     done[futures[future]] = future.result()
-                    cache[key] = done
                     atomic_write_text(cache_path, json.dumps(cache, indent=1) + "\n")
             except BaseException:
                 pool.shutdown(wait=False, cancel_futures=True)  # the marks not started yet
