@@ -122,7 +122,18 @@ def test_tune_beside_a_busy_process_says_so_and_caches_nothing_unless_forced(mon
     start uses them without caching; --force caches them, marked busy."""
     from pipeline.commands.tune import EXIT_NOT_CACHED, tune_command
 
-    monkeypatch.setattr(T, "tune", short_tune)
+    # The measurement beside the spinners is taken once, by the tune command; the training
+    # start and --force then get the same busy figures, as each would measure them: what
+    # they are tested for is what they do with busy figures (a real measurement costs ~10 s
+    # alone, three times as much beside the spinner and another busy core).
+    measured: list[T.Tuning] = []
+
+    def measure_once(cfg: Config, device: str, log) -> T.Tuning:
+        if not measured:
+            measured.append(short_tune(cfg, device, log))
+        return measured[0]
+
+    monkeypatch.setattr(T, "tune", measure_once)
     cli = {"env_id": "Catch-v0", "compile": "off", "amp": "off", "learner_threads": 1, "reward_scale": 1.0}
     path = T.tuning_path(resolve_config(cli, preset="auto").config)
     spinners = start_spinners(max(1, math.ceil(len(allowed_cpus()) / 2)))
