@@ -15,13 +15,12 @@ Exports :func:`bench_command`; uses every lower layer, and no user command.
 ``report``                  the table and the JSON
 ``envpool``                 env worker processes (the baselines)
 ``trainer_run``             a real Trainer in its own process, measured over a window
-``learner_speed``           ``Learner.update`` timing per compile/AMP variant
 ``soak``                    the soak part's arithmetic
 ``consolidator``            the consolidator's throughput against flooding producers
-``child``                   spawn a child, have it reply over a pipe, join or kill it
 ``learning``                ``--only learning``: train seeds, evaluate the marks, report
 ``learning_curves``         the marks evaluated by the protocol (parallel, cached), plotted
 ``learning_figures``        a run's figures, mean and spread over seeds, variants compared
+``learning_steadiness``     the steadiness figures of a run, at its marks
 ==========================  ============================================================
 """
 
@@ -36,7 +35,7 @@ __all__ = ["bench_command"]
 
 
 def __getattr__(name: str) -> Any:
-    # Lazy: importing a submodule (a spawn child imports pipeline.bench.envpool, say)
+    # Lazy: importing a submodule (a child process imports pipeline.bench.envpool, say)
     # runs this file, and need not import the whole suite with it.
     if name == "bench_command":
         from pipeline.bench.command import bench_command

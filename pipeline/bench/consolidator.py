@@ -14,7 +14,6 @@ Run::
 from __future__ import annotations
 
 import asyncio
-import multiprocessing as mp
 import os
 import sys
 import time
@@ -26,6 +25,7 @@ if __name__ == "__main__" and not __package__:  # run as a script: make `pipelin
 
 import numpy as np
 
+from pipeline.common.child import process_context
 from pipeline.transport import ring as R
 from pipeline.transport.records import FRAME_SHAPE, RECORD_BYTES, RECORD_DTYPE
 from pipeline.transport.segments import attach_segment, create_segment, release, segment_name
@@ -92,7 +92,7 @@ def bench_consolidator(seconds: float = 5.0, producers: int = 2, capacity: int =
     layout = R.RingLayout(num_slots=producers, capacity=capacity)
     tag = f"bench{uuid.uuid4().hex[:8]}"
     segment = create_segment(segment_name(tag, "ring"), layout.total_bytes)
-    ctx = mp.get_context("spawn")
+    ctx = process_context()
     stop = ctx.Event()
     procs = [ctx.Process(target=flood_producer, args=(segment.name, i, stop, i), daemon=True) for i in range(producers)]
     ring = None

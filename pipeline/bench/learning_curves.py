@@ -37,11 +37,11 @@ import statistics
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import asdict, dataclass
-from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
 
 from config import Config
+from pipeline.common.child import process_context
 from pipeline.common.files import atomic_write_text
 from pipeline.run.evaluator.protocol import EVAL_SEED_OFFSET, Protocol
 from pipeline.run.stage_report import StageRow, combined_values, play_stages, stages_played
@@ -179,8 +179,8 @@ def evaluate_marks(run: Path, protocol: Protocol, *, workers: int | None = None)
     todo = [path for path in mark_files(run) if path.name not in done]
     if todo:
         workers = workers or max(1, min(len(todo), len(os.sched_getaffinity(0))))
-        # spawn: the evaluating children must not inherit this process's torch threads.
-        with ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn")) as pool:
+        # Children of the fork server: they do not inherit this process's torch threads.
+        with ProcessPoolExecutor(max_workers=workers, mp_context=process_context()) as pool:
             futures = {pool.submit(evaluate_mark, str(p), protocol.to_dict()): p.name for p in todo}
             try:
                 # Each mark is kept as it finishes (a mark of 1-1 takes minutes): a Ctrl-C

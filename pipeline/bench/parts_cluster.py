@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import os
 import time
 from pathlib import Path
 from typing import Any
@@ -26,6 +25,7 @@ import numpy as np
 from pipeline.bench.consolidator import _flood, make_sink
 from pipeline.bench.parts_collection import CollectionParts
 from pipeline.bench.suite_base import PartResult, log
+from pipeline.common.child import ParentWatch
 
 PULL_WARMUP_S = 2.0
 
@@ -34,10 +34,10 @@ class _StopWord:
     """``is_set()`` for the flood loop: the agent's weights block says stop, or the agent is gone."""
 
     def __init__(self, words: np.ndarray, parent_pid: int) -> None:
-        self.words, self.parent_pid = words, parent_pid
+        self.words, self.parent = words, ParentWatch(parent_pid)
 
     def is_set(self) -> bool:
-        return bool(self.words[5]) or os.getppid() != self.parent_pid  # word 5: the weights block's stop
+        return bool(self.words[5]) or self.parent.gone()  # word 5: the weights block's stop
 
 
 def flood_collector(args: Any) -> None:

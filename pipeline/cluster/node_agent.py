@@ -2,7 +2,7 @@
 
 On its node it does what the trainer does locally: it creates the ring and weights
 blocks in the node's own shared memory, and starts ``num_processes`` collector processes
-with the spawn method through the same :class:`~pipeline.run.supervisor.Supervisor`
+through the same :class:`~pipeline.run.supervisor.Supervisor`
 (same collector code, records and ring protocol; restarts of hung or dead collectors
 included). The collectors watch its pid and leave when it is gone.
 

@@ -43,6 +43,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from config import Config
+from pipeline.common.child import ParentWatch
 from pipeline.learning.exploration import epsilon_greedy
 from pipeline.learning.frontier import EpisodeTrace, FrontierArchive, stage_signature
 from pipeline.run.env_stream import EnvStream
@@ -70,7 +71,7 @@ HOLD_CHECK_S = 0.01  # how often a collector held for the evaluator looks again
 @dataclass
 class CollectorArgs:
     """Everything a collector process needs; plain values (Config is a plain dataclass) so it
-    pickles for spawn."""
+    pickles for the child's start."""
 
     slot: int  # the collector's index (its process number)
     config: Config
@@ -96,7 +97,7 @@ class _Stop(Exception):
 
 
 def collector_main(args: CollectorArgs) -> None:
-    """Process entry point (target of a spawn Process)."""
+    """Process entry point (the target of a collector Process)."""
     # Ctrl-C in a terminal reaches the whole process group; the learner decides when
     # collectors stop (through the weights block), so they ignore SIGINT themselves.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -128,6 +129,7 @@ def _make_logger(args: CollectorArgs) -> logging.Logger:
 
 class Collector:
     def __init__(self, args: CollectorArgs, logger: logging.Logger) -> None:
+        self.parent = ParentWatch(args.parent_pid)  # first: the learner may die while this starts
         import torch
 
         from envs import make_env, preprocess_ns
@@ -212,7 +214,7 @@ class Collector:
         return self._make_env(self.cfg.env_id, seed=seed, **self.cfg.env_kwargs())
 
     def _should_stop(self) -> bool:
-        return self.weights.stop_requested or os.getppid() != self.args.parent_pid
+        return self.weights.stop_requested or self.parent.gone()
 
     def _sync_weights(self) -> None:
         version = self.weights.version

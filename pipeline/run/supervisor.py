@@ -1,7 +1,8 @@
 """The supervisor: starts the collector processes, watches them, restarts them, stops them.
 
-Collectors are started with the ``spawn`` method (never fork a process that holds torch
-or an emulator). A collector that exits, crashes, or whose heartbeat in its slot header
+Collectors are forked from the fork server of
+:func:`~pipeline.common.child.process_context` (never from a process that holds torch's
+threads or an emulator). A collector that exits, crashes, or whose heartbeat in its slot header
 goes stale (a hung or SIGSTOPped process) is logged, killed if needed, and restarted
 on the same slot, where it carries on from the slot's ``write_seq``. A slot that keeps
 failing is restarted with a growing delay instead of in a tight loop, and one that fails
@@ -20,6 +21,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
+from pipeline.common.child import process_context
 from pipeline.run.collector import CollectorArgs, collector_main
 from pipeline.transport import ring as R
 
@@ -61,7 +63,7 @@ class Supervisor:
         self.heartbeat_timeout_s = heartbeat_timeout_s
         self.startup_grace_s = startup_grace_s
         self.target = target
-        self.context = mp.get_context("spawn")
+        self.context = process_context()
         self.states = [SlotState() for _ in slots]
         self.faults: dict[int, str] = parse_faults(os.environ.get(FAULTS_ENV, ""))  # slot -> fault, tests
         self.events: list[str] = []  # bounded log of restart reasons for the monitor
@@ -82,18 +84,10 @@ class Supervisor:
             # Applied once, at the slot's first start; an "_always" fault at every start.
             fault = self.faults[index] if self.faults[index].endswith("_always") else self.faults.pop(index)
             args = replace(args, fault=fault)
-        # Children read OMP_NUM_THREADS when torch loads; spawn copies os.environ.
-        saved = {k: os.environ.get(k) for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
-        os.environ.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
-        try:
-            process = self.context.Process(target=self.target, args=(args,), name=f"collector-{index}", daemon=True)
-            process.start()
-        finally:
-            for key, value in saved.items():
-                if value is None:
-                    os.environ.pop(key, None)
-                else:
-                    os.environ[key] = value
+        # The collector sets its one torch thread itself: the fork server's children have
+        # the server's environment, not variables set here.
+        process = self.context.Process(target=self.target, args=(args,), name=f"collector-{index}", daemon=True)
+        process.start()
         state = self.states[index]
         state.process, state.started_at = process, time.monotonic()
 

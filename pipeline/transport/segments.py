@@ -14,10 +14,10 @@ them by a run in another. ``multiprocessing.shared_memory`` creates segments wit
 (owner-only), which is what we want for training data.
 
 Python 3.11 registers a segment with the resource tracker on create *and* on attach.
-Collectors are started with the ``spawn`` method from the learner, so they share the
-learner's tracker: their registrations collapse into the learner's and the learner's
-``unlink`` unregisters them once. No leak warnings, and if the learner dies the tracker
-unlinks what it left behind.
+Collectors are started from the learner (by its fork server, which hands each child the
+learner's tracker), so they share the learner's tracker: their registrations collapse
+into the learner's and the learner's ``unlink`` unregisters them once. No leak warnings,
+and if the learner dies the tracker unlinks what it left behind.
 """
 
 from __future__ import annotations

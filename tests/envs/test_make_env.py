@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import multiprocessing
 import sys
 from pathlib import Path
 
@@ -14,6 +13,7 @@ import pytest
 import envs
 from envs.actions import button_lists
 from envs.legacy import load_legacy
+from pipeline.common.child import process_context
 
 
 def test_run_config_no_progress_steps_reaches_the_env_as_a_truncation() -> None:
@@ -196,16 +196,16 @@ def test_invalid_arguments_raise_clear_errors() -> None:
     assert isinstance(envs.make_env("Catch-v0", max_episode_steps=None), gymnasium.Env)
 
 
-def test_env_built_in_a_spawned_child_matches_the_parent(monkeypatch: pytest.MonkeyPatch) -> None:
-    # The helper is imported by plain module name so the spawned child, which receives
-    # this sys.path, can import it whatever pytest import mode loaded this file.
+def test_env_built_in_a_child_process_matches_the_parent(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A child started as collectors are (process_context: forked from the fork server).
+    # The helper is imported by plain module name so the child, which receives this
+    # sys.path, can import it whatever pytest import mode loaded this file.
     monkeypatch.syspath_prepend(str(Path(__file__).parent))
     import _spawn_child
 
     env_ids = ("SuperMarioBros-1-1-v0", "Catch-v0")
     parent = {env_id: _spawn_child.step_and_checksum(env_id, 3, 60) for env_id in env_ids}
-    context = multiprocessing.get_context("spawn")
-    with context.Pool(1) as pool:
+    with process_context().Pool(1) as pool:
         child = {env_id: pool.apply(_spawn_child.step_and_checksum, (env_id, 3, 60)) for env_id in parent}
     assert child == parent
     assert "_spawn_child" in sys.modules

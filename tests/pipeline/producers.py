@@ -22,6 +22,7 @@ from contextlib import contextmanager
 
 import numpy as np
 
+from pipeline.common.child import ParentWatch
 from pipeline.transport import ring as R
 from pipeline.transport.records import RECORD_DTYPE
 from pipeline.transport.segments import attach_segment, create_segment, release, segment_name
@@ -344,17 +345,18 @@ def supervised_target(args) -> None:
     start and exits with code 3 at once; ``"ignore_stop"`` keeps heartbeating forever.
     """
     mode = args.fault or "run"
+    parent = ParentWatch(args.parent_pid)
     weights_segment = attach_segment(args.weights_name)
     try:
         with attached_ring(args.ring_name) as ring:
-            exit_code = _supervised(ring.slots[args.slot], weights_segment, args, mode)
+            exit_code = _supervised(ring.slots[args.slot], weights_segment, args.slot, parent, mode)
     finally:
         release(weights_segment, unlink=False)
     if exit_code:
         sys.exit(exit_code)
 
 
-def _supervised(slot_view: R.Slot, weights_segment, args, mode: str) -> int:
+def _supervised(slot_view: R.Slot, weights_segment, slot: int, parent: ParentWatch, mode: str) -> int:
     stop_word = np.frombuffer(weights_segment.buf, np.uint64, 8, 0)
     counters = slot_view.counters
     counters.pid = os.getpid()
@@ -369,7 +371,7 @@ def _supervised(slot_view: R.Slot, weights_segment, args, mode: str) -> int:
     ticks = 0
     while True:
         counters.beat()
-        if os.getppid() != args.parent_pid:
+        if parent.gone():
             break
         if mode != "ignore_stop" and stop_word[WEIGHTS_STOP_WORD]:
             break
@@ -377,7 +379,7 @@ def _supervised(slot_view: R.Slot, weights_segment, args, mode: str) -> int:
         if ticks % 5 == 0 and transitions.pending() < transitions.capacity:
             cell = transitions.next_cell()
             cell["frame"][0, 0] = counters.write_seq % 256
-            cell["action"] = args.slot
+            cell["action"] = slot
             transitions.commit()
             counters.steps += 1
         time.sleep(0.01)

@@ -1,6 +1,6 @@
 """A background evaluator for training runs: the latest weights, played by the evaluation protocol.
 
-One long-lived ``spawn`` process (started once, never one per evaluation) reads the
+One long-lived child process (started once, never one per evaluation) reads the
 weights the learner publishes to the shared-memory weights block, exactly as a
 collector does (:class:`pipeline.transport.weights.WeightsBlock` + :class:`StateLoader`), and every
 ``interval_frames`` emulator frames of training plays ``episodes`` episodes at ``epsilon``
@@ -71,6 +71,7 @@ from pathlib import Path
 from typing import Any
 
 from config import Config
+from pipeline.common.child import process_context
 from pipeline.run.evaluator.hold import TrainingHold, hold_frames
 from pipeline.run.evaluator.process import EvaluatorArgs, evaluator_main
 from pipeline.run.evaluator.progress import new_progress, read_progress
@@ -138,7 +139,7 @@ class Evaluator:
         """Start the evaluator process (once)."""
         if self.process is not None:
             raise RuntimeError("the evaluator was already started; create a new Evaluator to restart it")
-        ctx = mp.get_context("spawn")
+        ctx = process_context()
         self._queue = ctx.Queue()
         self._stop = ctx.Event()
         self._final = ctx.Event()

@@ -1,6 +1,6 @@
 """The evaluator's process: it plays the evaluation protocol on the published weights.
 
-:func:`evaluator_main` is the spawn target that :class:`~pipeline.run.evaluator.evaluator.Evaluator`
+:func:`evaluator_main` is the process target that :class:`~pipeline.run.evaluator.evaluator.Evaluator`
 starts (niced, ignoring SIGINT); its worker loads each new version of the weights from the
 weights block, evaluates at every multiple of the interval in training frames, keeps the
 best episode's video, and sends each result back on a queue. The parent-side handle and
@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from config import Config
+from pipeline.common.child import ParentWatch
 from pipeline.common.files import atomic_write
 from pipeline.learning.policy import run_episode
 from pipeline.run.evaluator.hold import hold_frames
@@ -33,7 +34,7 @@ MAX_CONSECUTIVE_FAILURES = 5
 
 @dataclass
 class EvaluatorArgs:
-    """Everything the evaluator process needs; plain values so it pickles for spawn."""
+    """Everything the evaluator process needs; plain values so it pickles for the child's start."""
 
     config: Config
     run_path: str
@@ -66,7 +67,7 @@ def _make_logger(run_path: Path) -> logging.Logger:
 
 
 def evaluator_main(args: EvaluatorArgs, results: Any, stop_event: Any, final_event: Any, progress: Any = None) -> None:
-    """Process entry point (target of a spawn Process)."""
+    """Process entry point (the target of the evaluator's Process)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the learner's business
     try:
         os.nice(10)
@@ -104,6 +105,7 @@ class _Worker:
         logger: logging.Logger,
         progress: Any = None,
     ) -> None:
+        self.parent = ParentWatch(args.parent_pid)  # first: the learner may die while this starts
         import torch
 
         import envs
@@ -152,7 +154,7 @@ class _Worker:
         # Once a final evaluation is asked for, the weights block's stop flag is the
         # collectors' signal only: the learner ends the wait with stop_event.
         stop_flag = self.weights.stop_requested and not self.final_event.is_set()
-        return self.stop_event.is_set() or stop_flag or os.getppid() != self.args.parent_pid
+        return self.stop_event.is_set() or stop_flag or self.parent.gone()
 
     def run(self) -> bool:
         """Evaluate until stopped; returns True when it ended after a final evaluation."""

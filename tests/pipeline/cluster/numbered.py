@@ -17,6 +17,7 @@ import zlib
 
 import numpy as np
 
+from pipeline.common.child import ParentWatch
 from pipeline.transport import ring as R
 from pipeline.transport.segments import attach_segment, release
 from tests.pipeline import producers as P
@@ -34,15 +35,16 @@ def ring_tag(ring_name: str) -> str:
 
 def numbered_collector(args) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    parent = ParentWatch(args.parent_pid)
     weights_segment = attach_segment(args.weights_name)
     try:
         with P.attached_ring(args.ring_name) as ring:
-            _write(ring, np.frombuffer(weights_segment.buf, np.uint64, 8, 0), args)
+            _write(ring, np.frombuffer(weights_segment.buf, np.uint64, 8, 0), args, parent)
     finally:
         release(weights_segment, unlink=False)
 
 
-def _write(ring: R.TransitionRing, words: np.ndarray, args) -> None:
+def _write(ring: R.TransitionRing, words: np.ndarray, args, parent: ParentWatch) -> None:
     slots = [ring.slots[i] for i in args.slots]
     home = slots[0].counters
     for slot in slots:
@@ -52,7 +54,7 @@ def _write(ring: R.TransitionRing, words: np.ndarray, args) -> None:
     total = args.config.total_frames
     tag = ring_tag(args.ring_name)
     producers = [producer_id(tag, i) for i in args.slots]
-    while not words[P.WEIGHTS_STOP_WORD] and os.getppid() == args.parent_pid:
+    while not words[P.WEIGHTS_STOP_WORD] and not parent.gone():
         home.beat()
         wrote = False
         for slot, producer in zip(slots, producers):

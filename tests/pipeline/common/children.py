@@ -1,13 +1,15 @@
-"""Spawn targets for the tests of :mod:`pipeline.common.child`.
+"""Child-process targets for the tests of :mod:`pipeline.common.child`.
 
-Module-level functions in an importable module, as spawn needs: a child process
-imports this module by name to find its target. Each runs as ``target(conn, *args)``.
-Nothing heavy is imported here, so children start in a fraction of a second.
+Module-level functions in an importable module: a child process imports this module by
+name to find its target. Each runs as ``target(conn, *args)``. Nothing heavy is
+imported here (torch least of all: :func:`preloaded` reports what the fork server
+imported), so children start in a fraction of a second.
 """
 
 from __future__ import annotations
 
 import os
+import sys
 import time
 from multiprocessing.connection import Connection
 from typing import Any
@@ -39,3 +41,34 @@ def doubler(conn: Connection) -> None:
     conn.send("ready")
     while (number := conn.recv()) is not None:
         conn.send(2 * number)
+
+
+def preloaded(conn: Connection, names: tuple[str, ...]) -> None:
+    """Answer which of ``names`` this process has imported without importing them itself."""
+    conn.send([name for name in names if name in sys.modules])
+
+
+def watch_parent(conn: Connection, parent_pid: int, marker: str) -> None:
+    """Answer whether ``parent_pid`` is gone (not yet), then wait until it is (ParentWatch)
+    and write ``marker``."""
+    from pipeline.common.child import ParentWatch
+
+    parent = ParentWatch(parent_pid)
+    conn.send(parent.gone())  # False: its parent started it and lives
+    while not parent.gone():
+        time.sleep(0.02)
+    with open(marker, "w") as out:
+        out.write("gone")
+
+
+def start_watcher(marker: str) -> None:
+    """In a process of its own (the test's stand-in for a learner): start a
+    :func:`watch_parent` child, wait for its first answer, write ``marker.ready``, and sleep
+    until killed."""
+    from pipeline.common.child import Child
+
+    child = Child(watch_parent, (os.getpid(), marker), name="watcher", daemon=False)
+    assert child.receive(300.0) is False
+    with open(marker + ".ready", "w") as out:
+        out.write(str(child.process.pid))
+    time.sleep(600)

@@ -1,12 +1,29 @@
-"""The spawn-and-reply helper: real spawned children that reply, hang, raise or crash."""
+"""How children start and reply: real children of the fork server that reply, hang, raise
+or crash, see what the server imported, and see the process that started them die."""
 
 from __future__ import annotations
 
+import os
 import signal
+import subprocess
+import sys
+from pathlib import Path
 
+import psutil
 import pytest
 
-from pipeline.common.child import Child, ChildError, ChildExited, ChildTimeout, run_in_child
+from pipeline.common import child as child_module
+from pipeline.common.child import (
+    PRELOAD,
+    Child,
+    ChildError,
+    ChildExited,
+    ChildTimeout,
+    ParentWatch,
+    process_state,
+    run_in_child,
+)
+from tests.conftest import wait_until
 from tests.pipeline.common import children
 
 REPLY_TIMEOUT_S = 300.0  # spawning a child on a loaded 2-core box; a safety net, not a budget
@@ -70,3 +87,52 @@ def test_a_worker_that_fails_on_a_request_reports_it_to_the_next_receive():
         with pytest.raises(ChildError) as info:
             child.receive(REPLY_TIMEOUT_S)
         assert info.value.raised(TypeError)
+
+
+def test_a_child_starts_with_what_the_fork_server_imported():
+    assert "torch" in PRELOAD  # the import a child must not pay again
+    assert run_in_child(children.preloaded, (PRELOAD,), name="t-preloaded", timeout_s=REPLY_TIMEOUT_S) == list(PRELOAD)
+
+
+def test_a_process_state_is_read_from_proc():
+    assert process_state(os.getpid()) == "R"  # this process, running the test
+    with subprocess.Popen([sys.executable, "-c", "pass"]) as exited:
+        wait_until(lambda: process_state(exited.pid) == "Z", 60, "the child to exit")  # not reaped yet
+    assert process_state(exited.pid) is None  # reaped: no such process
+
+
+def test_a_parent_watch_sees_a_live_parent_and_a_gone_one(monkeypatch):
+    monkeypatch.setattr(child_module, "PARENT_CHECK_S", 0.0)
+    assert not ParentWatch(os.getpid()).gone()
+    with subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"]) as sleeper:
+        watch = ParentWatch(sleeper.pid)
+        assert not watch.gone()
+        sleeper.kill()
+        wait_until(watch.gone, 60, "the watch to see the killed process")  # a zombie first
+        sleeper.wait()
+        assert ParentWatch(sleeper.pid).gone()  # and gone once reaped
+
+
+def test_a_child_sees_the_process_that_started_it_die(tmp_path: Path):
+    """The stand-in learner is SIGKILLed while its child lives on in the fork server's
+    care: the child's ParentWatch says so (collectors and the evaluator stop on it)."""
+    marker = str(tmp_path / "gone")
+    code = "; ".join(
+        [
+            f"import sys; sys.path[:0] = {sys.path!r}",
+            "from tests.pipeline.common import children",
+            f"children.start_watcher({marker!r})",
+        ]
+    )
+    learner = subprocess.Popen([sys.executable, "-c", code])
+    try:
+        wait_until(lambda: os.path.exists(marker + ".ready"), REPLY_TIMEOUT_S, "the watcher to start", proc=learner)
+        watcher = psutil.Process(int(Path(marker + ".ready").read_text()))
+        assert watcher.parent().parent().pid == learner.pid  # learner -> fork server -> watcher
+        learner.kill()
+        learner.wait()
+        wait_until(lambda: os.path.exists(marker), 60, "the watcher to see its parent gone")
+    finally:
+        if learner.poll() is None:
+            learner.kill()
+    watcher.wait(60)  # it ends once it has seen it

@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from multiprocessing import resource_tracker
 from pathlib import Path
 
@@ -23,6 +24,7 @@ import pytest
 
 from pipeline.learning.checkpoint import CHECKPOINT_PATTERN, load_checkpoint
 from pipeline.run.run_checkpoints import KEEP_CHECKPOINTS
+from pipeline.transport import ring as R
 from pipeline.transport.segments import project_segments, run_tag
 from tests.conftest import wait_until
 from tests.pipeline.producers import attached_ring
@@ -45,16 +47,31 @@ def start(run: Path, *extra: str, env: dict[str, str] | None = None, new_session
     )
 
 
-def collector_pids(proc: subprocess.Popen[str]) -> set[int]:
-    """Live collector processes of a running main.py (a killed one not yet reaped is not live)."""
-    pids = set()
-    for child in psutil.Process(proc.pid).children():
+def read_slots(run: Path, read: Callable[[R.Slot], int]) -> list[int]:
+    """``read(slot)`` for each slot of the run's live ring; [] if there is no ring (yet, or any more)."""
+    names = [name for name in project_segments(run_tag(run)) if name.endswith("_ring")]
+    if len(names) != 1:
+        return []
+    try:
+        with attached_ring(names[0]) as ring:
+            values = [read(slot) for slot in ring.slots]
+    except FileNotFoundError:
+        return []
+    resource_tracker.unregister(f"/{names[0]}", "shared_memory")  # the run owns and unlinks it
+    return values
+
+
+def collector_pids(run: Path) -> set[int]:
+    """Live collector processes of a running main.py, by the pids they wrote into their ring
+    slots (a killed one, even one not yet reaped, is not live)."""
+    live = set()
+    for pid in set(read_slots(run, lambda slot: int(slot.counters.pid))) - {0}:
         try:
-            if child.status() != psutil.STATUS_ZOMBIE and "spawn_main" in " ".join(child.cmdline()):
-                pids.add(child.pid)
-        except psutil.Error:  # exited, or a zombie, while we looked
+            if psutil.Process(pid).status() not in (psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD):
+                live.add(pid)
+        except psutil.Error:  # exited while we looked
             pass
-    return pids
+    return live
 
 
 def slot_starts(run: Path) -> list[int]:
@@ -62,16 +79,7 @@ def slot_starts(run: Path) -> list[int]:
 
     A replacement counts its start once it has attached the ring, which on a loaded box
     can be many seconds after its process appears."""
-    names = [name for name in project_segments(run_tag(run)) if name.endswith("_ring")]
-    if len(names) != 1:
-        return []
-    try:
-        with attached_ring(names[0]) as ring:
-            starts = [int(slot.counters.starts) for slot in ring.slots]
-    except FileNotFoundError:
-        return []
-    resource_tracker.unregister(f"/{names[0]}", "shared_memory")  # the run owns and unlinks it
-    return starts
+    return read_slots(run, lambda slot: int(slot.counters.starts))
 
 
 def interrupt(proc: subprocess.Popen[str]) -> str:
@@ -93,11 +101,11 @@ def test_killed_collector_is_replaced_and_no_record_is_lost(tmp_path):
     proc = start(run, "--set", "envs_per_collector=2")  # a collector writes two ring slots
     try:
         wait_until(lambda: training_started(run), 600, proc=proc)
-        wait_until(lambda: len(collector_pids(proc)) == 2, 150, proc=proc)
-        victims = collector_pids(proc)
+        wait_until(lambda: len(collector_pids(run)) == 2, 150, proc=proc)
+        victims = collector_pids(run)
         victim = min(victims)
         os.kill(victim, signal.SIGKILL)
-        wait_until(lambda: len(collector_pids(proc) - victims) == 1, 150, proc=proc)  # a new process on the slot
+        wait_until(lambda: len(collector_pids(run) - victims) == 1, 150, proc=proc)  # a new process on the slot
         updates_at_restart = float(read_csv(run / "metrics.csv")[-1]["updates"])
         wait_until(
             lambda: float(read_csv(run / "metrics.csv")[-1]["updates"]) > updates_at_restart + 20, 300, proc=proc
@@ -132,10 +140,10 @@ def test_hung_collector_is_detected_by_heartbeat_and_replaced(tmp_path):
     proc = start(run, "--set", "heartbeat_timeout_s=3")
     try:
         wait_until(lambda: training_started(run), 600, proc=proc)
-        wait_until(lambda: len(collector_pids(proc)) == 2, 150, proc=proc)
-        victims = collector_pids(proc)
+        wait_until(lambda: len(collector_pids(run)) == 2, 150, proc=proc)
+        victims = collector_pids(run)
         os.kill(min(victims), signal.SIGSTOP)
-        wait_until(lambda: len(collector_pids(proc) - victims) == 1, 300, proc=proc)
+        wait_until(lambda: len(collector_pids(run) - victims) == 1, 300, proc=proc)
         output = interrupt(proc)
     finally:
         if proc.poll() is None:
