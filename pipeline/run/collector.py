@@ -129,7 +129,7 @@ def _make_logger(args: CollectorArgs) -> logging.Logger:
 
 class Collector:
     def __init__(self, args: CollectorArgs, logger: logging.Logger) -> None:
-        self.parent = ParentWatch(args.parent_pid)  # first: the learner may die while this starts
+        self.parent = ParentWatch(args.parent_pid)  # the learner: stop once it is gone
         import torch
 
         from envs import make_env, preprocess_ns

@@ -105,7 +105,7 @@ class _Worker:
         logger: logging.Logger,
         progress: Any = None,
     ) -> None:
-        self.parent = ParentWatch(args.parent_pid)  # first: the learner may die while this starts
+        self.parent = ParentWatch(args.parent_pid)  # the learner: stop once it is gone
         import torch
 
         import envs
