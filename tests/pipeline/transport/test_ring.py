@@ -364,3 +364,54 @@ def test_a_full_episode_ring_beats_the_slot_heartbeat():
         assert int(slot.episode_header[R.HEARTBEAT_NS]) == 0
     finally:
         ring.close()
+
+
+class _FakeClock:
+    """Stands in for the ring module's ``time``: sleeping advances the clock, and the
+    sleep numbered ``free_after`` frees a cell (a consumer reading one record)."""
+
+    def __init__(self, ring: R.SpscRing, free_after: int) -> None:
+        self.ring, self.free_after = ring, free_after
+        self.now_ns = 1_000_000_000
+        self.sleeps: list[float] = []
+
+    def monotonic_ns(self) -> int:
+        return self.now_ns
+
+    def sleep(self, seconds: float) -> None:
+        self.sleeps.append(seconds)
+        self.now_ns += round(seconds * 1e9)
+        if len(self.sleeps) == self.free_after:
+            self.ring.release(1)
+
+
+def test_a_stalled_producer_backs_off_from_a_fifth_of_a_millisecond_to_two(monkeypatch):
+    """On a full ring the producer sleeps 0.2 ms, then twice as long each time it is still
+    full, up to 2 ms; it stores its stall time and heartbeat, and asks whether to stop,
+    every 10 ms, and returns the whole stall once a cell is free."""
+    layout = R.RingLayout(num_slots=1, capacity=4, episode_cells=2)
+    ring = R.TransitionRing.initialise(memoryview(bytearray(layout.total_bytes)), layout)
+    try:
+        slot = ring.slots[0]
+        for _ in range(4):
+            slot.transitions.commit()
+        clock = _FakeClock(slot.transitions, free_after=12)
+        monkeypatch.setattr(R, "time", clock)
+        stop_checks: list[int] = []
+
+        def should_stop() -> bool:
+            stop_checks.append(clock.now_ns)
+            return False
+
+        stalled = slot.transitions.wait_for_space(should_stop)
+        # By hand: 0.2, 0.4, 0.8, 1.6 ms, then 2 ms eight times: 3.0 + 16 = 19 ms in all.
+        assert [round(s * 1e4) for s in clock.sleeps] == [2, 4, 8, 16] + [20] * 8
+        assert stalled == 19_000_000
+        # Cumulative sleep 0.2, 0.6, 1.4, 3.0, 5, 7, 9, 11 ms: the first 10 ms are passed at
+        # 11 ms, where the stall is stored and the stop asked; the rest at the end.
+        assert stop_checks == [1_000_000_000 + 11_000_000]
+        assert slot.counters.phase_ns("stall") == 19_000_000
+        assert slot.counters.heartbeat_ns == clock.now_ns
+        assert slot.transitions.wait_for_space() == 0  # a free cell: no wait at all
+    finally:
+        ring.close()
