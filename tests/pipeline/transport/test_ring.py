@@ -13,6 +13,7 @@ import os
 import random
 import signal
 import time
+from contextlib import contextmanager
 
 import numpy as np
 import pytest
@@ -350,20 +351,26 @@ def _check_named_counters(ring):
     assert copy.frames == 101 and counters.frames == 102 and copy.phases_ns() == counters.phases_ns()
 
 
-def test_a_full_episode_ring_beats_the_slot_heartbeat():
-    """A producer stalled on its episode ring is alive: its heartbeat is the slot's."""
+@contextmanager
+def _one_slot_in_memory():
+    """A one-slot ring (4 transition cells, 2 episode cells) in process memory: its slot."""
     layout = R.RingLayout(num_slots=1, capacity=4, episode_cells=2)
     ring = R.TransitionRing.initialise(memoryview(bytearray(layout.total_bytes)), layout)
     try:
-        slot = ring.slots[0]
+        yield ring.slots[0]
+    finally:
+        ring.close()
+
+
+def test_a_full_episode_ring_beats_the_slot_heartbeat():
+    """A producer stalled on its episode ring is alive: its heartbeat is the slot's."""
+    with _one_slot_in_memory() as slot:
         for _ in range(2):
             slot.episodes.commit()
         with pytest.raises(R.RingStopped):
             slot.episodes.wait_for_space(lambda: True)
         assert slot.counters.heartbeat_ns > 0
         assert int(slot.episode_header[R.HEARTBEAT_NS]) == 0
-    finally:
-        ring.close()
 
 
 class _FakeClock:
@@ -389,10 +396,7 @@ def test_a_stalled_producer_backs_off_from_a_fifth_of_a_millisecond_to_two(monke
     """On a full ring the producer sleeps 0.2 ms, then twice as long each time it is still
     full, up to 2 ms; it stores its stall time and heartbeat, and asks whether to stop,
     every 10 ms, and returns the whole stall once a cell is free."""
-    layout = R.RingLayout(num_slots=1, capacity=4, episode_cells=2)
-    ring = R.TransitionRing.initialise(memoryview(bytearray(layout.total_bytes)), layout)
-    try:
-        slot = ring.slots[0]
+    with _one_slot_in_memory() as slot:
         for _ in range(4):
             slot.transitions.commit()
         clock = _FakeClock(slot.transitions, free_after=12)
@@ -413,5 +417,3 @@ def test_a_stalled_producer_backs_off_from_a_fifth_of_a_millisecond_to_two(monke
         assert slot.counters.phase_ns("stall") == 19_000_000
         assert slot.counters.heartbeat_ns == clock.now_ns
         assert slot.transitions.wait_for_space() == 0  # a free cell: no wait at all
-    finally:
-        ring.close()
