@@ -29,6 +29,7 @@ import shutil
 from multiprocessing import shared_memory
 from pathlib import Path
 
+from pipeline.common.child import process_state
 from pipeline.common.errors import UserError
 
 PREFIX_ENV = "MARIO_SEGMENT_PREFIX"
@@ -115,14 +116,10 @@ def release(segment: shared_memory.SharedMemory | None, *, unlink: bool) -> None
             pass
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+def _owner_gone(pid: int) -> bool:
+    """Whether the segment owner ``pid`` is gone: no such process, or a dead one not yet
+    reaped by its parent (a zombie holds its pid but will never unlink anything)."""
+    return process_state(pid) in (None, "Z", "X")
 
 
 def owner_pid(name: str) -> int | None:
@@ -145,7 +142,7 @@ def remove_stale_segments(tag: str | None = None) -> list[str]:
     removed = []
     for name in project_segments(tag):
         pid = owner_pid(name)
-        if pid is not None and not _pid_alive(pid):
+        if pid is not None and _owner_gone(pid):
             try:
                 (SHM_DIR / name).unlink()
                 removed.append(name)

@@ -10,12 +10,14 @@ import signal
 import stat
 import subprocess
 import sys
+import time
 from multiprocessing import resource_tracker, shared_memory
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from pipeline.common.child import process_state
 from pipeline.transport import segments
 from tests.pipeline import producers as P
 
@@ -30,7 +32,7 @@ def _dead_pid() -> int:
     child.start()
     child.join(30)
     assert child.exitcode == 0
-    assert not segments._pid_alive(child.pid)
+    assert segments._owner_gone(child.pid)
     return child.pid
 
 
@@ -194,6 +196,27 @@ def test_remove_stale_segments_after_owner_killed():
         assert not (segments.SHM_DIR / name).exists()
     finally:
         _unlink_quietly(name)
+
+
+def test_remove_stale_segments_when_the_killed_owner_is_not_yet_reaped():
+    """A learner killed by SIGKILL whose parent has not waited for it yet is a zombie: its
+    pid still exists, and its segments are stale all the same."""
+    child = CTX.Process(target=P.create_segment_and_die, args=(TAG, 8192))
+    child.start()
+    name = segments.segment_name(TAG, "ring", pid=child.pid)
+    try:
+        # Not joined: the dead child stays a zombie until this process reaps it.
+        deadline = time.monotonic() + 30
+        while process_state(child.pid) != "Z":
+            assert time.monotonic() < deadline, "the child should have died by SIGKILL"
+            time.sleep(0.01)
+        assert (segments.SHM_DIR / name).exists()
+        assert segments.remove_stale_segments(TAG) == [name]
+        assert not (segments.SHM_DIR / name).exists()
+    finally:
+        child.join(30)
+        _unlink_quietly(name)
+    assert child.exitcode == -signal.SIGKILL
 
 
 def test_a_segment_larger_than_dev_shm_fails_at_creation_and_leaves_nothing():
