@@ -133,10 +133,7 @@ class Collector:
         import torch
 
         from envs import make_env, preprocess_ns
-        from pipeline.learning.flat_state import StateLoader
-        from pipeline.learning.policy import network_of
         from pipeline.transport.segments import attach_segment
-        from pipeline.transport.weights import WeightsBlock
 
         torch.set_num_threads(1)
         self.torch = torch
@@ -147,6 +144,23 @@ class Collector:
         self._preprocess_ns = preprocess_ns
         self.ring_segment = attach_segment(args.ring_name)
         self.weights_segment = attach_segment(args.weights_name)
+        try:
+            self._set_up()
+        except BaseException as exc:
+            # A failed start (a bad env, an injected crash) lets go of the segments before
+            # the exception leaves the process: the set-up's frames hold views into them,
+            # and a segment freed at exit under a live view prints a BufferError.
+            traceback.clear_frames(exc.__traceback__)
+            self.close()
+            raise
+
+    def _set_up(self) -> None:
+        """Everything a collector builds on its attached segments: its envs and its network."""
+        from pipeline.learning.flat_state import StateLoader
+        from pipeline.learning.policy import network_of
+        from pipeline.transport.weights import WeightsBlock
+
+        args, logger, torch = self.args, self.logger, self.torch
         ring = R.TransitionRing.from_buffer(self.ring_segment.buf)
         slot_indices = args.slots or (args.slot,)
         slots = [ring.slots[i] for i in slot_indices]
@@ -435,12 +449,15 @@ class Collector:
     def close(self) -> None:
         from pipeline.transport.segments import release
 
-        self.counters.state = R.STATE_STOPPED
+        # Also called by a start that failed part-way: whatever was built is dropped.
+        if getattr(self, "counters", None) is not None:
+            self.counters.state = R.STATE_STOPPED
         # Drop every view into the ring so its segment can close (the frontier starter
         # holds the slot's counters too).
         self.home = self.counters = None  # type: ignore[assignment]
         self.frontier_starter = None
         self.streams = []
-        self.weights.close()
+        if getattr(self, "weights", None) is not None:
+            self.weights.close()
         release(self.ring_segment, unlink=False)
         release(self.weights_segment, unlink=False)
