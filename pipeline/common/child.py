@@ -77,6 +77,12 @@ def process_state(pid: int) -> str | None:
         return None
 
 
+def process_gone(pid: int) -> bool:
+    """Whether ``pid`` is gone: no such process, or a dead one its parent has not reaped yet
+    (a zombie keeps its pid but will never act again)."""
+    return process_state(pid) in (None, "Z", "X")
+
+
 class ParentWatch:
     """In a child process: whether the process that started it, ``parent_pid``, is gone.
 
@@ -96,7 +102,7 @@ class ParentWatch:
         now = time.monotonic()
         if not self._gone and now >= self._next_check:
             self._next_check = now + PARENT_CHECK_S
-            self._gone = process_state(self.parent_pid) in (None, "Z", "X")
+            self._gone = process_gone(self.parent_pid)
         return self._gone
 
 

@@ -29,7 +29,7 @@ import shutil
 from multiprocessing import shared_memory
 from pathlib import Path
 
-from pipeline.common.child import process_state
+from pipeline.common.child import process_gone
 from pipeline.common.errors import UserError
 
 PREFIX_ENV = "MARIO_SEGMENT_PREFIX"
@@ -116,12 +116,6 @@ def release(segment: shared_memory.SharedMemory | None, *, unlink: bool) -> None
             pass
 
 
-def _owner_gone(pid: int) -> bool:
-    """Whether the segment owner ``pid`` is gone: no such process, or a dead one not yet
-    reaped by its parent (a zombie holds its pid but will never unlink anything)."""
-    return process_state(pid) in (None, "Z", "X")
-
-
 def owner_pid(name: str) -> int | None:
     parts = name[len(PREFIX) :].split("_") if name.startswith(PREFIX) else []
     if len(parts) < 3 or not parts[1].isdigit():
@@ -142,7 +136,7 @@ def remove_stale_segments(tag: str | None = None) -> list[str]:
     removed = []
     for name in project_segments(tag):
         pid = owner_pid(name)
-        if pid is not None and _owner_gone(pid):
+        if pid is not None and process_gone(pid):  # a zombie owner is gone too
             try:
                 (SHM_DIR / name).unlink()
                 removed.append(name)

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pipeline.common.child import process_state
+from pipeline.common.child import process_gone, process_state
 from pipeline.transport import segments
 from tests.pipeline import producers as P
 
@@ -32,7 +32,7 @@ def _dead_pid() -> int:
     child.start()
     child.join(30)
     assert child.exitcode == 0
-    assert segments._owner_gone(child.pid)
+    assert process_gone(child.pid)
     return child.pid
 
 
