@@ -117,9 +117,8 @@ class Config:
     """Moving-average target: after every update, target += tau * (online - target), BatchNorm
     statistics included (0 = a full copy every target_sync_updates instead)."""
     reset_interval_updates: int = 0
-    """Shrink-and-perturb the online network every this many updates (0 = never)."""
-    reset_shrink: float = 0.8
-    """At a reset, the fraction of each weight kept; the rest comes from a fresh init."""
+    """Shrink-and-perturb the online network every this many updates (0 = never): each
+    weight keeps 0.8 of itself and takes 0.2 of a fresh init."""
     dueling: bool = True
     """Use the dueling head."""
     bn_calibration_states: int = 256
@@ -160,6 +159,10 @@ class Config:
     collector replays the recorded actions to get there: replayed_frames counts the cost).
     0 = off; needs a fixed-stage or full-game Mario id. Evaluation always starts at the
     level's start."""
+    frontier_start_points: str = "uniform"
+    """Where on that trajectory such an episode starts: uniform (any step alike) or ends
+    (10-40 agent steps before where one of the collector's last 64 training episodes ended
+    without the flag, so the obstacles it fails at now are met most)."""
 
     # --- compute -----------------------------------------------------------------------
     device: str = "auto"
@@ -271,6 +274,7 @@ FIELD_NAMES: frozenset[str] = frozenset(f.name for f in fields(Config))
 SAVED_BEFORE: dict[str, Any] = {
     "epsilon_schedule": "linear",
     "frontier_start_share": 0.0,
+    "frontier_start_points": "uniform",
     "jump_retrigger": False,
     "bn_calibration_states": 0,
     "acting_tau": 0.0,

@@ -73,6 +73,7 @@ REMOVED: Final[dict[str, Any]] = {
     "adam_eps": 1.5e-4,
     "eval_final_timeout_s": 600.0,
     "keep_checkpoints": 3,
+    "reset_shrink": 0.8,
     # A measurement's cadence, never a learning setting: the steadiness probe now measures
     # at the target-copy cadence (target_sync_updates, 2,000 by default, as it always ran).
     "steadiness_interval_updates": ANY_VALUE,

@@ -135,7 +135,6 @@ def validate(cfg: Any) -> None:
         ("epsilon_end", "0.05"),
         ("priority_alpha", "0.5"),
         ("target_tau", "0.005"),
-        ("reset_shrink", "0.8"),
         ("acting_tau", "0.005"),
         ("eval_epsilon", "0.05"),
     ):
@@ -155,6 +154,10 @@ def validate(cfg: Any) -> None:
                 f"needs a stage that replays the same way from its start, not {_frontier_start_unfit(cfg.env_id)}",
                 "use a fixed-stage id such as SuperMarioBros-1-1-v0, or 0 for off",
             )
+        )
+    if cfg.frontier_start_points not in ("uniform", "ends"):
+        problems.append(
+            _problem("frontier_start_points", cfg.frontier_start_points, "must be uniform or ends", "use uniform")
         )
     if not cfg.reward_scale > 0 or cfg.reward_scale == float("inf"):
         problems.append(_problem("reward_scale", cfg.reward_scale, "must be a finite number > 0", "use e.g. 0.1"))

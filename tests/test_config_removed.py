@@ -45,6 +45,7 @@ SAVED_AT_THE_TAG = {
     "adam_eps": 0.00015,  # as json writes 1.5e-4
     "eval_final_timeout_s": 600.0,
     "keep_checkpoints": 3,
+    "reset_shrink": 0.8,
     "steadiness_interval_updates": 2000,
 }
 

@@ -90,6 +90,9 @@ _LOSS, _TD_ABS, _Q_SUM, _WEIGHT, _GRAD_NORM = range(5)
 # Adam's epsilon: Rainbow's (Hessel et al. 2018), which bounds a step where a gradient's second
 # moment is tiny; every run of this project used it, and no other value was ever measured.
 ADAM_EPS: float = 1.5e-4
+# Shrink-and-perturb keeps this fraction of each weight and takes the rest from a fresh
+# init (Ash and Adams 2020; 0.8 as SR-SPR's); never measured here against another value.
+RESET_SHRINK: float = 0.8
 
 
 class Learner:
@@ -279,9 +282,8 @@ class Learner:
         inputs, which did not change). Adam's moments belong to the old weights, so they
         are dropped: the next step starts them afresh, as at the first update.
         """
-        settings = self.settings
         fresh = self._network().to(self.device)
-        shrink = settings.reset_shrink
+        shrink = RESET_SHRINK
         torch._foreach_mul_(self._params, shrink)
         torch._foreach_add_(self._params, list(fresh.parameters()), alpha=1.0 - shrink)
         self.optimizer.state.clear()

@@ -24,7 +24,6 @@ class LearnerSettings:
     frame_stack: int = 4
     target_tau: float = 0.0  # moving-average target per update (0 = copy every target_sync_updates)
     reset_interval: int = 0  # shrink-and-perturb the online net every this many updates (0 = never)
-    reset_shrink: float = 0.8  # kept fraction of the weights at a reset; the rest is a fresh init
     bn_calibration_states: int = 256  # precise BN over this many replay states (>= 1)
     calibration_chunk: int = 32  # states per calibration forward: the training batch size
     acting_tau: float = 0.0  # publish a moving average of the online weights (ActingCopy; 0 = the online net)
@@ -44,7 +43,6 @@ class LearnerSettings:
             frame_stack=cfg.frame_stack,
             target_tau=cfg.target_tau,
             reset_interval=cfg.reset_interval_updates,
-            reset_shrink=cfg.reset_shrink,
             bn_calibration_states=cfg.bn_calibration_states,
             calibration_chunk=cfg.batch_size,
             acting_tau=cfg.acting_tau,

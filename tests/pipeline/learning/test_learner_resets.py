@@ -11,7 +11,7 @@ from tests.pipeline.learning.test_learner import NUM_ACTIONS, loss_of, make_batc
 
 
 def test_shrink_and_perturb_mixes_in_a_fresh_init_and_restarts_adam() -> None:
-    learner = make_learner(reset_shrink=0.8)
+    learner = make_learner()
     batch = make_batch(size=8)
     for _ in range(3):
         learner.update(batch)
