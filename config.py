@@ -107,6 +107,11 @@ class Config:
     """Steps of the n-step return."""
     gamma: float = 0.99
     """Discount factor."""
+    bootstrap_epsilon: float = 0.0
+    """Bootstrap from the epsilon-greedy policy (Expected SARSA): the next state's value is
+    (1 - e) Q(s', argmax) + e mean_a Q(s', a), so the values count the random actions the
+    agent takes (0.05 in training and in the benchmark's protocol); 0 = the greedy value
+    (Double DQN)."""
     learning_rate: float = 1e-4
     """Adam learning rate."""
     grad_clip: float = 10.0

@@ -136,6 +136,7 @@ def validate(cfg: Any) -> None:
         ("priority_alpha", "0.5"),
         ("target_tau", "0.005"),
         ("acting_tau", "0.005"),
+        ("bootstrap_epsilon", "0.05"),
         ("eval_epsilon", "0.05"),
     ):
         if not 0.0 <= getattr(cfg, name) <= 1.0:

@@ -71,6 +71,7 @@ def test_describe_lists_every_field_with_its_source():
         ({"batch_size": 5000, "replay_capacity": 4000}, "batch_size", "must not exceed replay_capacity"),
         ({"env_id": "SuperMarioBros-9-1-v0"}, "env_id", "SuperMarioBros-9-1-v0"),
         ({"gamma": 1.5}, "gamma", "(0, 1]"),
+        ({"bootstrap_epsilon": -0.1}, "bootstrap_epsilon", "[0, 1]"),
         ({"action_set": "everything"}, "action_set", "right_only"),
         ({"learning_rate": float("nan")}, "learning_rate", "float"),
         ({"num_processes": True}, "num_processes", "int"),

@@ -10,7 +10,9 @@ One ``Learner.update(batch)`` is one optimizer step:
        target = ret + discount * Q_target(s', a*)
 
    ``discount`` comes from the replay already holding ``gamma**k`` (0 when the n-step
-   window hit a terminal state), so the learner has no discount factor of its own.
+   window hit a terminal state), so the learner has no discount factor of its own. With
+   ``bootstrap_epsilon`` e > 0 the bootstrap is the epsilon-greedy value
+   ``(1 - e) Q_target(s', a*) + e mean_a Q_target(s', a)`` (Expected SARSA).
 3. The masked Huber loss ``sum(w * huber(Q_online(s, a), target)) / max(sum(w), 1)``.
 4. ``clip_grad_norm_(grad_clip)``, Adam step, and every ``target_sync_updates`` steps a
    full copy ``target.load_state_dict(online.state_dict())`` (BatchNorm buffers too).
@@ -366,7 +368,7 @@ class Learner:
     # The two functions the step compiles: bound methods, so the compiled graphs see the
     # learner's networks (and guard on them) as the eager ones do.
     def _targets(self, *batch: torch.Tensor) -> torch.Tensor:
-        return double_dqn_targets(self.online, self.target, *batch)
+        return double_dqn_targets(self.online, self.target, *batch, epsilon=self.settings.bootstrap_epsilon)
 
     def _loss(self, *tensors: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         return huber_loss(self.online, *tensors, amp_dtype=self.amp_dtype)
