@@ -162,9 +162,16 @@ def validate(cfg: Any) -> None:
         )
     if not cfg.reward_scale > 0 or cfg.reward_scale == float("inf"):
         problems.append(_problem("reward_scale", cfg.reward_scale, "must be a finite number > 0", "use e.g. 0.1"))
-    if cfg.action_set not in ("right_jump", "right_only", "simple", "complex"):
+    from envs import ACTION_SET_NAMES, DEFAULT_ACTION_SET
+
+    if cfg.action_set not in ACTION_SET_NAMES:
         problems.append(
-            _problem("action_set", cfg.action_set, "must be right_jump, right_only, simple or complex", "use simple")
+            _problem(
+                "action_set",
+                cfg.action_set,
+                f"must be one of {', '.join(ACTION_SET_NAMES)}",
+                f"use {DEFAULT_ACTION_SET}",
+            )
         )
     for name, allowed in (
         ("device", ("cpu", "cuda", "auto")),
