@@ -65,9 +65,11 @@ Metrics are accumulated in device tensors; ``pop_metrics`` does the only host sy
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import logging
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -75,7 +77,7 @@ from torch import nn
 
 from models import QNetwork
 from pipeline.learning.acting_copy import ActingCopy
-from pipeline.learning.batchnorm_stats import freeze_running_statistics, recalibrate
+from pipeline.learning.batchnorm_stats import freeze_running_statistics, preserved_statistics, recalibrate
 from pipeline.learning.dqn_loss import double_dqn_targets, huber_loss, targets
 from pipeline.learning.learner_compile import WARMUP_UPDATES, CompiledStep, random_batch
 from pipeline.learning.learner_device import BatchLike, batch_to_device, pick_amp_dtype, resolve_device, to_device
@@ -272,6 +274,28 @@ class Learner:
             self.acting.calibrate(chunks)
         self.calibrated_at = self.updates
         return True
+
+    @contextlib.contextmanager
+    def statistics_for_saving(self, states: CalibrationStates) -> Iterator[None]:
+        """Inside, the online net and the acting copy hold statistics re-estimated over
+        ``states`` (as :meth:`calibrate` does, ``calibrated_at`` at this update); on the
+        way out the statistics and ``calibrated_at`` that training uses are put back.
+
+        A copy that is saved (a mark, a checkpoint) is played as it is for as long as
+        anyone plays it, so its statistics are estimated over more states than a publish
+        can afford every hundred updates; restoring the live ones keeps what is trained
+        (the Double-DQN argmax, the next target copy) the same whether or when one is saved.
+        """
+        nets = [self.online] + ([self.acting.net] if self.acting is not None else [])
+        calibrated_at = self.calibrated_at
+        with contextlib.ExitStack() as live:
+            for net in nets:
+                live.enter_context(preserved_statistics(net))
+            try:
+                self.calibrate(states)
+                yield
+            finally:
+                self.calibrated_at = calibrated_at
 
     @torch.no_grad()
     def shrink_and_perturb(self) -> None:

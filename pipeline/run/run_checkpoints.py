@@ -53,8 +53,11 @@ ROLLING_EPISODES = 100
 def checkpoint_payload(
     learner: Learner, totals: Mapping[CounterKey, int], cfg: Config, num_actions: int
 ) -> dict[str, Any]:
+    """A checkpoint of ``learner`` as it is now: its state is cloned, so the updates that go
+    on while a worker thread writes it, and the statistics training puts back after a
+    calibration for saving, cannot change it."""
     return {
-        "learner": learner.state_dict(),
+        "learner": cloned(learner.state_dict()),
         "counters": dict(totals),
         "config": cfg.to_dict(),
         "num_actions": num_actions,
@@ -182,14 +185,14 @@ async def write_periodic(
     """A periodic checkpoint written by a worker thread while training goes on.
 
     Writing and fsyncing ~27 MB (twice when best.pt is due) can take seconds on a slow
-    disk; in the event loop that stalled the consolidator and the learner alike. The
-    written payload is a copy of ``payload`` taken in the loop, so the updates that go on
-    meanwhile cannot tear it. A write that fails (a full disk) is reported once through
+    disk; in the event loop that stalled the consolidator and the learner alike.
+    ``payload`` is a copy taken in the loop (:func:`checkpoint_payload`), so the updates
+    that go on meanwhile cannot tear it. A write that fails (a full disk) is reported once through
     ``write_failures`` and retried ``retry_s`` later; the run goes on with its last good
     checkpoint. Returns the path written, None when it failed.
     """
     try:
-        path = await asyncio.to_thread(checkpoints.save, cloned(payload), frames, score)
+        path = await asyncio.to_thread(checkpoints.save, payload, frames, score)
     except (CheckpointError, OSError) as exc:
         failure = checkpoints.write_failure("periodic checkpoint", exc, payload)
         write_failures.failed(

@@ -326,13 +326,13 @@ class Trainer:
 
     # -- checkpoints ----------------------------------------------------------------------
     def _checkpoint_args(self) -> tuple[dict[str, Any], int, float | None]:
-        """A checkpoint's payload (statistics re-estimated first: ``eval`` and ``play`` load
-        it), its frame count and the rolling training return best.pt is judged by."""
+        """A checkpoint's payload (statistics re-estimated for saving: ``eval`` and ``play``
+        load it), its frame count and the rolling training return best.pt is judged by."""
         res = self.resources
         self._collector_totals()
-        res.calibration.calibrate()
         totals = {k: self.total(k) for k in COUNTER_KEYS}
-        payload = checkpoint_payload(res.learner, totals, self.cfg, res.num_actions)
+        with res.calibration.for_saving():
+            payload = checkpoint_payload(res.learner, totals, self.cfg, res.num_actions)
         return payload, totals["frames"], rolling_return(res.consolidator.episodes)
 
     async def save_in_background(self) -> Path | None:
@@ -346,14 +346,14 @@ class Trainer:
 
     async def keep_due_mark(self) -> Path | None:
         """Once the frames pass the next mark, unless the run failed: the online net there (a few
-        frames past it), its statistics re-estimated as a publish would, written by a worker
+        frames past it), its statistics re-estimated for saving, written by a worker
         thread; a failed write is reported once and that mark skipped. None if none is due."""
         if not self.cfg.mark_interval_frames or self.fatal or self.total("frames") < self._next_mark:
             return None
         res = self.resources
-        res.calibration.calibrate()
         totals = {k: self.total(k) for k in COUNTER_KEYS}
-        payload = mark_payload(res.learner, totals, self.cfg, res.num_actions)
+        with res.calibration.for_saving():
+            payload = mark_payload(res.learner, totals, self.cfg, res.num_actions)
         mark = self._next_mark
         self._next_mark = next_mark(totals["frames"], self.cfg.mark_interval_frames)
         return await write_mark(res.paths.checkpoints, payload, mark, self.write_failures)

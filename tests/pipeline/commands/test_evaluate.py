@@ -284,7 +284,7 @@ def saved_replay(path: Path, frame_stack: int = 4) -> Path:
     return path
 
 
-def test_recalibrate_re_estimates_the_statistics_on_the_replays_states(tmp_path, capsys):
+def test_recalibrate_re_estimates_the_statistics_on_the_replays_states(tmp_path, capsys, monkeypatch):
     """--recalibrate: the statistics become those of the seeded draw of replay states in
     chunks of the run's batch size (what recalibrate computes, tested by hand in
     tests/pipeline/learning/test_batchnorm_stats.py), the weights stay, and the command
@@ -317,6 +317,22 @@ def test_recalibrate_re_estimates_the_statistics_on_the_replays_states(tmp_path,
     assert said in capsys.readouterr().out
     assert json.loads(out.read_text())["recalibrated"] == said
 
+    # Another draw of the states (--recalibrate-seed) plays the same episodes (seed 7) with
+    # the statistics of that draw; it is the draw by hand with that seed.
+    redrawn = recalibrate_policy(load_policy(ckpt), str(replay), 64, seed=8)
+    assert redrawn == said
+    other = load_policy(ckpt)
+    recalibrate_policy(other, str(replay), 64, seed=8)
+    assert not torch.equal(other.model.state_dict()["features.1.running_mean"], got["features.1.running_mean"])
+    import pipeline.commands.evaluate as evaluate
+
+    draws = []
+    monkeypatch.setattr(evaluate, "recalibrate_policy", lambda *a: draws.append(a[3]) or recalibrate_policy(*a))
+    argv_redrawn = [*argv, "--recalibrate", str(replay), "--recalibrate-states", "64", "--recalibrate-seed", "8"]
+    assert eval_command(argv_redrawn) == 0 and eval_command([*argv, "--recalibrate", str(replay)]) == 0
+    assert draws == [8, 7]  # the draw's seed, else the episodes'
+    assert json.loads(out.read_text())["seed"] == 7
+
 
 def test_recalibrate_mistakes_are_one_clear_error(tmp_path):
     ckpt, _ = make_checkpoint(tmp_path / "ckpt-000000001000.pt")
@@ -325,6 +341,8 @@ def test_recalibrate_mistakes_are_one_clear_error(tmp_path):
     assert "\n" not in str(info.value) and "none.npz" in str(info.value)
     with pytest.raises(UserError, match="needs --recalibrate REPLAY"):
         eval_command(["--checkpoint", str(ckpt), "--recalibrate-states", "64"])
+    with pytest.raises(UserError, match="--recalibrate-seed needs --recalibrate REPLAY"):
+        eval_command(["--checkpoint", str(ckpt), "--recalibrate-seed", "3"])
     replay = saved_replay(tmp_path / "replay2.npz", frame_stack=2)
     with pytest.raises(UserError, match="stack 2 frames"):
         eval_command(["--checkpoint", str(ckpt), "--recalibrate", str(replay)])

@@ -172,6 +172,41 @@ def test_calibrate_sets_the_statistics_to_those_of_the_handed_states_activations
     assert not torch.equal(learner.acting.net.features[1].running_mean, learner.online.features[1].running_mean)
 
 
+def test_statistics_for_saving_calibrate_both_networks_inside_and_put_training_s_back() -> None:
+    """Inside, the online net and the acting copy hold exactly what ``calibrate`` on the
+    same states gives (a second learner, by hand), at this update; on the way out every
+    running statistic and ``calibrated_at`` are the live ones again, bit for bit, and the
+    weights were never touched."""
+    settings = LearnerSettings(compile=False, amp=False, bn_calibration_states=64, calibration_chunk=32)
+    learners = []
+    for _ in range(2):
+        torch.manual_seed(0)
+        learner = Learner(NUM_ACTIONS, replace(settings, acting_tau=0.5))
+        learner.update(batch_of(states_like_replay(32, 1), 1))
+        assert learner.calibrate(states_like_replay(64, 2))  # training's statistics
+        learners.append(learner)
+    saving, by_hand = learners
+
+    def nets(learner: Learner) -> tuple[torch.nn.Module, torch.nn.Module]:
+        assert learner.acting is not None
+        return learner.online, learner.acting.net
+
+    live = [{k: v.clone() for k, v in net.state_dict().items()} for net in nets(saving)]
+    many = states_like_replay(256, 3)
+    assert by_hand.calibrate(many)
+    with saving.statistics_for_saving(many):
+        assert saving.calibrated_at == saving.updates
+        for net, expected in zip(nets(saving), nets(by_hand)):
+            for key, value in expected.state_dict().items():
+                assert torch.equal(net.state_dict()[key], value), key
+        saving.calibrated_at = -5  # whatever happens inside, the live record comes back
+    assert saving.calibrated_at == saving.updates == 1
+    for net, before in zip(nets(saving), live):
+        for key, value in net.state_dict().items():
+            assert torch.equal(value, before[key]), key
+    assert not torch.equal(live[0]["features.1.running_mean"], by_hand.online.features[1].running_mean)
+
+
 # The tolerance the calibrated eval-mode forward keeps to the train-mode one on fresh states
 # of the calibration's distribution, as a share of the Q-values' spread: 512 calibration
 # states leave an estimation error of a few percent of each channel's spread.

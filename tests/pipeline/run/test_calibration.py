@@ -1,6 +1,6 @@
 """Tests for pipeline.run.calibration: which replay states the trainer hands its learner
-for precise BN, and when (before a publish or checkpoint, once per update count; to the
-update that copies the target), on a real replay memory."""
+for precise BN, and when (before a publish, once per update count; to the update that
+copies the target; for a copy that is saved), on a real replay memory."""
 
 from __future__ import annotations
 
@@ -9,10 +9,12 @@ from dataclasses import replace
 import numpy as np
 import torch
 
+from config import Config
 from pipeline.learning.learner import Learner
-from pipeline.learning.learner_settings import LearnerSettings
+from pipeline.learning.learner_settings import SAVED_STATISTICS_STATES, LearnerSettings
 from pipeline.learning.replay import ReplayMemory
 from pipeline.run.calibration import Calibration
+from pipeline.run.run_checkpoints import checkpoint_payload
 from pipeline.transport.records import FLAG_START, empty_records
 
 NUM_ACTIONS = 3
@@ -81,3 +83,37 @@ def test_the_update_that_copies_the_target_gets_states_and_calibrates_before_the
 
     averaged = Calibration(learner(target_tau=0.01), replay, seed=5, min_replay=32)
     assert not averaged.learner.copies_target_next  # a moving-average target is never copied
+
+
+def test_a_saved_copy_gets_statistics_over_more_states_of_its_own_draw_and_training_keeps_its() -> None:
+    """``for_saving``: inside, the statistics are those of SAVED_STATISTICS_STATES states
+    drawn by the saving generator (the same draw by hand gives them); a checkpoint payload
+    taken inside keeps them after the block, while the learner is back on training's
+    statistics and training's generator has not moved."""
+    replay = replay_with(300)
+    net = learner()
+    calibration = Calibration(net, replay, seed=5, min_replay=32)
+    assert calibration.calibrate()
+    live = {k: v.clone() for k, v in net.online.state_dict().items()}
+    training_draws = calibration.generator.get_state()
+    saving_draws = calibration.saved_generator.get_state()
+    with calibration.for_saving():
+        payload = checkpoint_payload(net, {}, Config(), NUM_ACTIONS)
+    assert torch.equal(calibration.generator.get_state(), training_draws)
+    assert not torch.equal(calibration.saved_generator.get_state(), saving_draws)
+    by_hand = learner()
+    states = replay.sample_states(SAVED_STATISTICS_STATES, torch.Generator().set_state(saving_draws))
+    assert by_hand.calibrate(states)
+    saved = payload["learner"]["online"]
+    for key, value in by_hand.online.state_dict().items():
+        assert torch.equal(saved[key], value), key
+        assert torch.equal(net.online.state_dict()[key], live[key]), key
+    assert not torch.equal(saved["features.1.running_var"], live["features.1.running_var"])
+    assert payload["learner"]["calibrated_at"] == net.calibrated_at == net.updates == 0
+
+    # Before the replay can give states, a saved copy keeps what the networks have.
+    empty = Calibration(learner(), replay_with(0), seed=5, min_replay=32)
+    before = {k: v.clone() for k, v in empty.learner.online.state_dict().items()}
+    with empty.for_saving():
+        for key, value in empty.learner.online.state_dict().items():
+            assert torch.equal(value, before[key]), key

@@ -263,8 +263,8 @@ def test_sigint_stops_cleanly_and_resume_continues_counters(tmp_path):
         policy = load_policy(path)
         assert mark <= policy.frames < mark + 500 and policy.frames <= after["frames"]
         # Precise BN (the tiny preset keeps the default): a mark's statistics are
-        # re-estimated for its own weights, as a publish would, not left from the last
-        # publish, so it plays what the collectors would play.
+        # re-estimated for its own weights (over more states than a publish's), not left
+        # from the last publish.
         saved = load_checkpoint(path)["learner"]
         assert saved["calibrated_at"] == saved["updates"] > 0, (path.name, saved["calibrated_at"], saved["updates"])
     final = load_checkpoint(checkpoints(run)[-1])["learner"]
