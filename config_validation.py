@@ -162,7 +162,7 @@ def validate(cfg: Any) -> None:
         )
     if not cfg.reward_scale > 0 or cfg.reward_scale == float("inf"):
         problems.append(_problem("reward_scale", cfg.reward_scale, "must be a finite number > 0", "use e.g. 0.1"))
-    from envs import ACTION_SET_NAMES, DEFAULT_ACTION_SET
+    from envs import ACTION_SET_NAMES, DEFAULT_ACTION_SET, EnvIdError, StagesError, check_stages, validate_env_id
 
     if cfg.action_set not in ACTION_SET_NAMES:
         problems.append(
@@ -221,8 +221,6 @@ def validate(cfg: Any) -> None:
             _problem("envs_per_collector", cfg.envs_per_collector, "must be <= 64", "use more collectors instead")
         )
     try:
-        from envs import EnvIdError, StagesError, check_stages, validate_env_id
-
         validate_env_id(cfg.env_id)
     except EnvIdError as exc:
         problems.append(f"env_id={cfg.env_id!r}: {exc}")
