@@ -108,7 +108,7 @@ def validate(cfg: Any) -> None:
     ):
         non_negative(name)
     # Precise BN is the only BatchNorm path: the running average (0) was removed.
-    positive("bn_calibration_states", "use 256 (replay states the BatchNorm statistics are estimated over)")
+    positive("bn_calibration_states", "use 1024 (replay states the BatchNorm statistics are estimated over)")
     for name in (
         "heartbeat_timeout_s",
         "checkpoint_interval_s",

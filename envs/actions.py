@@ -13,7 +13,7 @@ from __future__ import annotations
 from envs.legacy import load_legacy
 
 ACTION_SET_NAMES: tuple[str, ...] = ("right_jump", "right_only", "simple", "complex")
-DEFAULT_ACTION_SET = "simple"
+DEFAULT_ACTION_SET = "right_only"
 
 # NES controller bits, most significant first: right left down up start select B A.
 BUTTON_BITS: dict[str, int] = {

@@ -50,9 +50,14 @@ SAVED_AT_THE_TAG = {
 }
 
 
+# The runs in progress at the tag, at the defaults of the time where today's differ.
+AT_THE_TAG = Config(frontier_start_share=0.5, action_set="simple", bn_calibration_states=256)
+
+
 def saved(**changes: object) -> dict[str, object]:
-    """A checkpoint's config from before the removal: today's fields and the removed ones."""
-    return {**Config(frontier_start_share=0.5).to_dict(), **SAVED_AT_THE_TAG, **changes}
+    """A checkpoint's config from before the removal: today's fields, at the values the
+    runs of the time were trained with, and the removed ones."""
+    return {**AT_THE_TAG.to_dict(), **SAVED_AT_THE_TAG, **changes}
 
 
 def refusal(name: str, value: object, what: str = "") -> str:
@@ -119,7 +124,7 @@ def test_the_running_average_batchnorm_is_refused_saved_or_implied() -> None:
 
 def test_a_config_without_a_removed_field_had_todays_behaviour() -> None:
     values = {k: v for k, v in saved().items() if k not in ("prev_action_input", "batch_norm", "exploration")}
-    assert Config.from_dict(values).to_dict() == Config(frontier_start_share=0.5).to_dict()
+    assert Config.from_dict(values).to_dict() == AT_THE_TAG.to_dict()
 
 
 def test_check_saved_names_its_source() -> None:

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from config import Config
+from envs import num_actions
 from models import QNetwork
 from pipeline.bench.learning_curves import (
     EVAL_CACHE,
@@ -33,11 +34,12 @@ def write_run(run: Path, config: Config) -> Path:
 
 
 def save_mario_mark(run: Path, config: Config, frames: int) -> Path:
-    """A mark of a Mario network (7 actions, fixed weights) as a run writes it."""
+    """A mark of a Mario network (the config's actions, fixed weights) as a run writes it."""
+    actions = num_actions(config.env_id, config.action_set)
     torch.manual_seed(4)
-    net = QNetwork(7, config.frame_stack, config.dueling)
+    net = QNetwork(actions, config.frame_stack, config.dueling)
     payload = {"learner": {"online": net.state_dict()}, "counters": {"frames": frames}, "config": config.to_dict()}
-    payload["num_actions"] = 7
+    payload["num_actions"] = actions
     path = run / "checkpoints" / "marks" / f"frames-{frames:09d}.pt"
     save_checkpoint(path, payload)
     return path

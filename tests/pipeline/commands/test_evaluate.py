@@ -394,12 +394,12 @@ def test_foreign_payload_is_one_clear_error(tmp_path):
 
 
 def test_checkpoint_for_another_action_set_is_one_clear_error(tmp_path):
-    # Trained with the 12-action "complex" set, but its config says "simple" (7 actions).
+    # Trained with the 12-action "complex" set, but its config says "right_only" (5 actions).
     ckpt, _ = make_checkpoint(tmp_path / "ckpt-1.pt", "SuperMarioBros-1-1-v0", num_actions=12)
     with pytest.raises(UserError) as info:
         eval_command(["--checkpoint", str(ckpt)])
     message = str(info.value)
-    assert "trained with 12 actions (action_set simple)" in message and "gives 7" in message
+    assert "trained with 12 actions (action_set right_only)" in message and "gives 5" in message
     assert "\n" not in message
 
 
@@ -408,7 +408,7 @@ def test_env_override_with_another_action_count_is_one_clear_error(tmp_path):
     with pytest.raises(UserError) as info:
         eval_command(["--checkpoint", str(ckpt), "--env", "SuperMarioBros-1-1-v0"])
     message = str(info.value)
-    assert "trained with 3 actions" in message and "gives 7" in message and "Catch-v0" in message
+    assert "trained with 3 actions" in message and "gives 5" in message and "Catch-v0" in message
 
 
 def test_unknown_env_override_is_one_clear_error(tmp_path):

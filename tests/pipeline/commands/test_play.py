@@ -91,7 +91,7 @@ def test_corrupt_checkpoint(tmp_path):
 
 def test_checkpoint_for_another_action_set(tmp_path):
     ckpt, _ = make_checkpoint(tmp_path / "ckpt-1.pt", "SuperMarioBros-1-1-v0", num_actions=12)
-    with pytest.raises(UserError, match=r"trained with 12 actions \(action_set simple\).*gives 7"):
+    with pytest.raises(UserError, match=r"trained with 12 actions \(action_set right_only\).*gives 5"):
         play_command(["--checkpoint", str(ckpt), "--out", str(tmp_path / "v.mp4")])
 
 

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from config import Config
-from envs import make_env
+from envs import make_env, num_actions
 from pipeline.learning.frontier import END_RUN_UP_STEPS, RECENT_ENDS, EpisodeTrace, FrontierArchive, stage_signature
 from pipeline.learning.policy import network_of
 from pipeline.transport import episodes as episode_channel
@@ -35,7 +35,7 @@ def collect(
 ) -> tuple[np.ndarray, list[episode_channel.EpisodeSummary], int]:
     """Run one collector until it finished FRONTIER_EPISODES frontier episodes; return its
     records, its episode summaries and its replayed-frames counter."""
-    net = network_of(cfg, 7).eval()
+    net = network_of(cfg, num_actions(cfg.env_id, cfg.action_set)).eval()
     chunks: list[np.ndarray] = []
     summaries: list[episode_channel.EpisodeSummary] = []
     # Random actions (epsilon 1): varied trajectories.
