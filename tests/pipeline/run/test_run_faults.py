@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+import envs
 from config import PRESETS, Config
 from pipeline.learning.checkpoint import load_checkpoint, save_checkpoint
 from pipeline.learning.learner import Learner
@@ -274,8 +275,6 @@ def test_a_compile_failure_caused_by_ctrl_c_is_an_interrupt_not_a_broken_compile
 
 def write_checkpoint(run: Path, cfg: Config) -> Path:
     """A checkpoint as the trainer writes it, of a fresh learner shaped by ``cfg``."""
-    import envs
-
     num_actions = envs.num_actions(cfg.env_id, cfg.action_set)
     learner = Learner(num_actions, LearnerSettings.from_config(cfg, compile=False, amp=False, device="cpu"))
     totals = dict.fromkeys(COUNTER_KEYS, 0) | {"frames": 1000}
@@ -339,8 +338,6 @@ def test_a_checkpoint_of_a_removed_option_resumes_at_todays_value_else_is_refuse
 
 
 def test_resume_checks_name_the_setting_that_changes_the_network():
-    import envs
-
     cfg = Config(**PRESETS["tiny"])
     state = {"config": cfg.to_dict(), "num_actions": 3}
     assert network_mismatch(state, cfg, 3) == ""
@@ -351,8 +348,8 @@ def test_resume_checks_name_the_setting_that_changes_the_network():
     mario = Config(env_id="SuperMarioBros-1-1-v0", action_set="complex")
     message = network_mismatch({"config": Config(action_set="simple").to_dict(), "num_actions": 7}, mario, 12)
     assert "7 actions" in message and "--set action_set=simple" in message
-    mario_actions = envs.num_actions(Config().env_id, Config().action_set)
-    message = network_mismatch(state, Config(), mario_actions)  # a Catch checkpoint resumed on Mario
+    default = Config()  # a Catch checkpoint resumed on Mario
+    message = network_mismatch(state, default, envs.num_actions(default.env_id, default.action_set))
     assert "--env Catch-v0" in message
 
 
