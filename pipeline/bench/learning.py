@@ -72,7 +72,7 @@ from pipeline.bench.learning_steadiness import steadiness_at_marks
 from pipeline.common.errors import OneLineParser, UserError
 from pipeline.common.files import atomic_write_text
 from pipeline.run.evaluator.protocol import Protocol
-from pipeline.run.stage_report import stage_table
+from pipeline.run.stage_report import ends_lines, stage_table
 
 ROOT = Path(__file__).resolve().parents[2]
 # A Ctrl-C's exit status (128 + SIGINT), as main.py's own.
@@ -357,7 +357,12 @@ def print_report(result: dict[str, Any]) -> None:
     print("\n".join(table_lines(result)))
     for run in result["seeds"]:
         print(f"seed {run['seed']} per stage (along: the mean x_pos over the x_pos where the stage ends):")
-        print("\n".join(stage_table(stage_rows([MarkResult.from_dict(r) for r in run["curve"]]), first="mark")))
+        rows = stage_rows([MarkResult.from_dict(r) for r in run["curve"]])
+        print("\n".join(stage_table(rows, first="mark")))
+        ends = ends_lines(rows)
+        if ends:  # marks evaluated before rows kept their ends have none
+            print(f"seed {run['seed']} where each mark's episodes end (x_pos without the flag, grouped by obstacle):")
+            print("\n".join(ends))
     for comparison in result["comparisons"]:
         print("\n".join(comparison_lines(comparison)))
 

@@ -190,7 +190,7 @@ def eval_command(argv: list[str]) -> int:
     """``python main.py eval ...``: play episodes with a checkpoint and print statistics."""
     from pipeline.common.files import check_output_path
     from pipeline.run.evaluator.protocol import Protocol, play_protocol
-    from pipeline.run.stage_report import StageRow, combined_values, play_stages, stage_table, stages_played
+    from pipeline.run.stage_report import StageRow, combined_values, ends_lines, play_stages, stage_table, stages_played
     from pipeline.run.value_check import value_check
 
     args = build_parser().parse_args(argv)
@@ -267,6 +267,8 @@ def eval_command(argv: list[str]) -> int:
         summary["values"] = values
     print("per stage (along: the mean x_pos over the x_pos where the stage ends):")
     print("\n".join(stage_table([("", row) for row in rows])))
+    print("where the episodes end (the x_pos of those without the flag, grouped by obstacle):")
+    print("\n".join(ends_lines([("", row) for row in rows])))
     summary["stages"] = [row.to_dict() for row in rows]
     if json_path is not None:
         atomic_write_text(

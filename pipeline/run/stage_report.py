@@ -22,8 +22,9 @@ from typing import Any, TypeVar
 from config import Config
 from pipeline.common.errors import UserError
 from pipeline.learning.policy import EpisodeResult, build_env
+from pipeline.run import episode_ends
 
-__all__ = ["StageRow", "combined_values", "play_stages", "stage_table", "stages_played"]
+__all__ = ["StageRow", "combined_values", "ends_lines", "play_stages", "stage_table", "stages_played"]
 
 T = TypeVar("T")
 
@@ -39,6 +40,9 @@ class StageRow:
         flag_rate: the share that got the flag (or the axe).
         along: how far along the stage the mean x_pos is (mean x_pos over the stage's
             end_x, at most 1); None where the stage's end is not recorded.
+        ends: the x_pos of each episode that did not get the flag, in increasing order
+            (:mod:`~pipeline.run.episode_ends` groups them); None for a row read from an
+            evaluation made before rows kept them.
     """
 
     stage: str
@@ -46,12 +50,16 @@ class StageRow:
     mean_x_pos: float
     flag_rate: float
     along: float | None
+    ends: tuple[int, ...] | None = None
 
     @classmethod
-    def of(cls, stage: str, episodes: int, mean_x_pos: float, flag_rate: float) -> StageRow:
+    def of(
+        cls, stage: str, episodes: int, mean_x_pos: float, flag_rate: float, ends: Sequence[int] | None = None
+    ) -> StageRow:
         from envs import along
 
-        return cls(stage, episodes, float(mean_x_pos), float(flag_rate), along(stage, mean_x_pos))
+        kept = None if ends is None else tuple(sorted(int(x) for x in ends))
+        return cls(stage, episodes, float(mean_x_pos), float(flag_rate), along(stage, mean_x_pos), kept)
 
     @classmethod
     def from_results(cls, stage: str, results: Sequence[EpisodeResult]) -> StageRow:
@@ -62,15 +70,26 @@ class StageRow:
             len(results),
             statistics.fmean(r.x_pos for r in results),
             statistics.fmean(float(r.flag_get) for r in results),
+            [r.x_pos for r in results if not r.flag_get],
         )
 
+    def describe_ends(self) -> str | None:
+        """Where this row's episodes end, grouped by obstacle (None: not kept)."""
+        return None if self.ends is None else episode_ends.describe_ends(self.ends, self.episodes)
+
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """The row as JSON has it (``ends`` a list), so a row played and a row read back
+        from a cache compare equal."""
+        values = asdict(self)
+        values["ends"] = None if self.ends is None else list(self.ends)
+        return values
 
     @classmethod
     def from_dict(cls, values: Mapping[str, Any]) -> StageRow:
         """A row read back from JSON; ``along`` is worked out again from today's stage ends."""
-        return cls.of(values["stage"], values["episodes"], values["mean_x_pos"], values["flag_rate"])
+        return cls.of(
+            values["stage"], values["episodes"], values["mean_x_pos"], values["flag_rate"], values.get("ends")
+        )
 
 
 def stages_played(config: Config, env_id: str, stages: str | None = None) -> list[tuple[str, str]]:
@@ -147,3 +166,14 @@ def stage_table(rows: Sequence[tuple[str, StageRow]], *, first: str = "") -> lis
         ).rstrip()
         for line in lines
     ]
+
+
+def ends_lines(rows: Sequence[tuple[str, StageRow]]) -> list[str]:
+    """Where each (label, row)'s episodes end, one line each (``label stage: x ...``);
+    rows that did not keep their ends are left out."""
+    lines = []
+    for label, row in rows:
+        described = row.describe_ends()
+        if described is not None:
+            lines.append(f"  {' '.join(part for part in (label, row.stage or 'all') if part)}: {described}")
+    return lines

@@ -23,7 +23,7 @@ from pipeline.bench.learning_curves import (
     stage_rows,
 )
 from pipeline.learning.checkpoint import save_checkpoint
-from pipeline.run.stage_report import stage_table
+from pipeline.run.stage_report import ends_lines, stage_table
 
 
 def write_run(run: Path, config: Config) -> Path:
@@ -59,8 +59,10 @@ def test_an_old_cache_entry_of_a_1_1_run_stays_valid_and_gives_its_one_row(tmp_p
     assert (run / EVAL_CACHE).read_text() == written  # read back, nothing played
     assert result.mean_x_pos == 790.25 and result.greedy_x_pos == 722
     # 790.25 / 3161 = 0.25 of 1-1, the mark's 20 episodes and flag rate.
-    expected = {"stage": "1-1", "episodes": 20, "mean_x_pos": 790.25, "flag_rate": 0.05, "along": 0.25}
+    # It kept no ends (None), and the report leaves its line out.
+    expected = {"stage": "1-1", "episodes": 20, "mean_x_pos": 790.25, "flag_rate": 0.05, "along": 0.25, "ends": None}
     assert result.stages == [pytest.approx(expected)]
+    assert ends_lines(stage_rows([result])) == []
     lines = stage_table(stage_rows([result]), first="mark")
     assert lines[1].split() == ["0.1M", "1-1", "20", "790", "0.25", "0.05"]
 
@@ -104,6 +106,7 @@ def test_a_random_stages_mark_is_evaluated_on_each_listed_stage_and_cached_by_th
         assert row["mean_x_pos"] == pytest.approx(figures.mean_x_pos)
         assert row["flag_rate"] == pytest.approx(figures.flag_rate)
         assert row["along"] == pytest.approx(figures.mean_x_pos / {"1-4": 2247, "1-1": 3161}[stage])
+        assert row["ends"] == figures.stages[0]["ends"] and len(row["ends"]) == 2  # no flag in 20 steps
     # The mark's own figures are those of all four episodes: the mean of the two means.
     assert result.mean_x_pos == pytest.approx(statistics.fmean(row["mean_x_pos"] for row in result.stages))
     # Read back, not played again.

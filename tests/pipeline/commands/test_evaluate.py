@@ -18,6 +18,7 @@ from pipeline.commands.evaluate import eval_command
 from pipeline.common.errors import UserError
 from pipeline.learning.checkpoint import CheckpointError, save_checkpoint
 from pipeline.learning.policy import load_policy, resolve_checkpoint, run_dir_of
+from pipeline.run.episode_ends import describe_ends
 
 
 @pytest.fixture(autouse=True)
@@ -153,11 +154,23 @@ def test_eval_matches_an_independent_run_of_the_same_seed(tmp_path, capsys, epsi
         assert all(length <= max_steps for length in data["per_episode"]["length"])
     printed = capsys.readouterr().out
     assert f"x_pos mean {statistics.fmean(xs):.1f}" in printed and "flag rate" in printed
-    # Catch has no one stage: the per-stage table is one row, "all", of the same figures.
+    # Catch has no one stage: the per-stage table is one row, "all", of the same figures,
+    # and its ends are the x_pos of the episodes without the flag, in increasing order.
+    ends = sorted(e["x_pos"] for e in expected if not e["flag"])
     assert data["stages"] == [
-        {"stage": "", "episodes": 4, "mean_x_pos": data["mean_x_pos"], "flag_rate": data["flag_rate"], "along": None}
+        {
+            "stage": "",
+            "episodes": 4,
+            "mean_x_pos": data["mean_x_pos"],
+            "flag_rate": data["flag_rate"],
+            "along": None,
+            "ends": ends,
+        }
     ]
-    assert printed.splitlines()[-2].split()[0] == "all"  # the table, then "wrote ..."
+    # The table's row, the ends' heading and line, then "wrote ...".
+    lines = printed.splitlines()
+    assert lines[-4].split()[0] == "all"
+    assert lines[-2] == f"  all: {describe_ends(ends, 4)}"
 
 
 def test_a_random_stages_run_is_evaluated_on_each_listed_stage(tmp_path, capsys):
@@ -185,8 +198,12 @@ def test_a_random_stages_run_is_evaluated_on_each_listed_stage(tmp_path, capsys)
     assert data["per_episode"]["stage"] == [3, 3, 1, 1]
     printed = capsys.readouterr().out
     assert "2 stages (1-3, 1-1): 2 episode(s) each" in printed
-    table = printed.splitlines()[-3:-1]  # the table's rows, then "wrote ..."
-    assert [line.split()[0] for line in table] == ["1-3", "1-1"]
+    # The table's rows, the ends' heading and a line per stage, then "wrote ...".
+    lines = printed.splitlines()
+    assert [line.split()[0] for line in lines[-6:-4]] == ["1-3", "1-1"]
+    for line, stage in zip(lines[-3:-1], ("1-3", "1-1"), strict=True):
+        xs = [e["x_pos"] for e in expected[stage]]  # no flag in 25 steps
+        assert line == f"  {stage}: {describe_ends(xs, 2)}"
     # --stages picks among them; a bad list is one clear error.
     assert eval_command([*argv, "--stages", "1-1", "--json", str(tmp_path / "one.json")]) == 0
     one = json.loads((tmp_path / "one.json").read_text())

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from config import Config
 from pipeline.common.errors import UserError
 from pipeline.learning.policy import EpisodeResult
-from pipeline.run.stage_report import StageRow, combined_values, stage_table, stages_played
+from pipeline.run.stage_report import StageRow, combined_values, ends_lines, stage_table, stages_played
 
 
 def episode(x_pos: int, flag: bool = False, stage: int = 1) -> EpisodeResult:
@@ -24,7 +26,10 @@ def test_a_stage_row_is_the_mean_x_pos_its_share_of_the_stage_and_the_flag_rate(
     assert row.mean_x_pos == pytest.approx(3880 / 3)
     assert row.along == pytest.approx(3880 / 3 / 2425)
     assert row.flag_rate == pytest.approx(1 / 3)
+    assert row.ends == (485, 970)  # the episodes without the flag, in increasing x
+    assert row.describe_ends() == "x 485, 970; the flag 1 of 3"
     assert StageRow.from_dict(row.to_dict()) == row
+    assert StageRow.from_dict(json.loads(json.dumps(row.to_dict()))) == row  # a list in JSON, a tuple back
     assert StageRow.from_results("", [episode(100)]).along is None  # no one stage: no end
     assert StageRow.of("2-1", 4, 500.0, 0.0).along is None  # an end not recorded
     with pytest.raises(ValueError, match="no episodes"):
@@ -45,6 +50,15 @@ def test_the_table_has_a_row_per_label_and_stage_by_hand() -> None:
     assert lines[3].split() == ["0.2M", "5-1", "20", "1,234", "-", "0.10"]
     alone = stage_table([("", StageRow.of("", 5, 10.0, 1.0))])
     assert alone[1].split() == ["all", "5", "10", "-", "1.00"]
+
+
+def test_the_ends_lines_name_the_mark_and_stage_and_skip_rows_without_ends() -> None:
+    rows = [
+        ("1M", StageRow.of("1-1", 4, 1000.0, 0.25, [1799, 310, 1795])),
+        ("1M", StageRow.of("1-2", 20, 900.0, 0.0)),  # evaluated before rows kept their ends
+        ("", StageRow.of("", 2, 10.0, 0.5, [7])),
+    ]
+    assert ends_lines(rows) == ["  1M 1-1: x 310, 1,795-1,799 (2); the flag 1 of 4", "  all: x 7; the flag 1 of 2"]
 
 
 def test_values_of_several_stages_weigh_each_by_its_greedy_steps() -> None:
