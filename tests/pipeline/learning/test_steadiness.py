@@ -125,7 +125,9 @@ def test_a_network_without_batchnorm_agrees_with_itself() -> None:
     x = torch.randn(10, FEATURES)
     figures = SteadinessProbe(x, CHUNK, batchings=2).measure(net)
     assert figures.agreement == figures.expected_agreement == figures.train_agreement == 1.0
-    assert figures.q_offset == 0.0
+    # Eval and train mode run the same layers, but over chunks of other sizes: the BLAS
+    # kernel a batch size picks may round differently (6e-9 on an AVX-512 Xeon).
+    assert figures.q_offset == pytest.approx(0.0, abs=1e-6)
     assert figures.action_gap > 0
 
 
