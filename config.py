@@ -129,6 +129,11 @@ class Config:
     weight keeps 0.8 of itself and takes 0.2 of a fresh init."""
     dueling: bool = True
     """Use the dueling head."""
+    quantiles: int = 0
+    """QR-DQN (Dabney et al. 2018): the network learns this many quantiles of the return per
+    action and the quantile Huber loss trains them; the Q-value that acts is their mean
+    (0 = Q-values and the Huber loss; else >= 2, e.g. 32). A candidate on the learning
+    benchmark, not the default; bootstrap_epsilon must be 0 with it."""
     bn_calibration_states: int = 1024
     """Precise BN (Wu & Johnson 2021): before every publish and every target copy the
     online network's BatchNorm statistics are re-estimated with its current weights over

@@ -13,6 +13,12 @@ Architecture (Mnih et al. 2015, with BatchNorm2d after every conv):
     dueling:  V(s) + A(s, a) - mean_a A(s, a)      (Wang et al. 2016)
     plain:    linear 512 -> num_actions
 
+With ``quantiles`` N > 0 (QR-DQN, Dabney et al. 2018) each head outputs N values per
+action, the quantiles of the return at the midpoints (2i - 1) / 2N, dueling per quantile;
+``forward`` then returns their mean, the Q-value, so everything that acts, calibrates or
+probes the network is the same for both, and :meth:`QNetwork.quantile_values` gives the
+learner the quantiles.
+
 Under autocast (the learner's bf16 or fp16) the trunk and fc run in low precision and the
 output layers in fp32: the greedy action depends on gaps between Q-values a hundred times
 smaller than the values, finer than bf16 resolves (``forward``).
@@ -57,6 +63,7 @@ class QNetwork(nn.Module):
         num_actions: size of the discrete action set (output width).
         frame_stack: number of stacked 84x84 grayscale frames (input channels).
         dueling: use the dueling value/advantage head instead of a plain linear head.
+        quantiles: 0 for Q-values, N > 1 for N quantiles of the return per action (QR-DQN).
         channels_last: run the conv trunk on channels_last activations. Faster for
             training-size batches on oneDNN CPUs (measured on a 2-core Zen 4: fp32 eager
             updates ~9%, compiled bf16 updates ~7% faster) but ~60% slower for batch-1
@@ -70,6 +77,7 @@ class QNetwork(nn.Module):
         frame_stack: int = 4,
         dueling: bool = True,
         *,
+        quantiles: int = 0,
         channels_last: bool = False,
     ) -> None:
         super().__init__()
@@ -77,9 +85,12 @@ class QNetwork(nn.Module):
             raise ValueError(f"num_actions must be >= 1, got {num_actions}")
         if frame_stack < 1:
             raise ValueError(f"frame_stack must be >= 1, got {frame_stack}")
+        if quantiles < 0 or quantiles == 1:
+            raise ValueError(f"quantiles must be 0 (Q-values) or >= 2, got {quantiles}")
         self.num_actions = num_actions
         self.frame_stack = frame_stack
         self.dueling = dueling
+        self.quantiles = quantiles
         self.channels_last = channels_last
 
         self.features = nn.Sequential(
@@ -89,11 +100,12 @@ class QNetwork(nn.Module):
             nn.Flatten(),
         )
         self.fc = nn.Sequential(nn.Linear(_TRUNK_OUT_FEATURES, _HIDDEN), nn.ReLU(inplace=True))
+        per_action = max(quantiles, 1)  # outputs per action: one Q-value or N quantiles
         if dueling:
-            self.value = nn.Linear(_HIDDEN, 1)
-            self.advantage = nn.Linear(_HIDDEN, num_actions)
+            self.value = nn.Linear(_HIDDEN, per_action)
+            self.advantage = nn.Linear(_HIDDEN, num_actions * per_action)
         else:
-            self.head = nn.Linear(_HIDDEN, num_actions)
+            self.head = nn.Linear(_HIDDEN, num_actions * per_action)
         self._init_weights()
 
     def _init_weights(self) -> None:
@@ -112,7 +124,19 @@ class QNetwork(nn.Module):
                 nn.init.zeros_(module.bias)
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        """Q-values ``[B, num_actions]`` for uint8 (or already-float 0..255) ``[B, S, 84, 84]``."""
+        """Q-values ``[B, num_actions]`` for uint8 (or already-float 0..255) ``[B, S, 84, 84]``;
+        with quantiles, the mean of each action's quantiles."""
+        out = self._heads(obs)
+        return out.mean(dim=2) if self.quantiles else out.squeeze(2)
+
+    def quantile_values(self, obs: torch.Tensor) -> torch.Tensor:
+        """The quantiles of the return ``[B, num_actions, quantiles]`` (QR-DQN networks only)."""
+        if not self.quantiles:
+            raise ValueError("quantile_values needs a network built with quantiles > 0")
+        return self._heads(obs)
+
+    def _heads(self, obs: torch.Tensor) -> torch.Tensor:
+        """The output layers' values ``[B, num_actions, max(quantiles, 1)]`` in fp32."""
         # Scaling happens here, on whatever device the network lives on, so callers can
         # ship compact uint8 tensors. Under autocast the convs still run in low precision.
         # Out-of-place division: a float input must not be modified under the caller.
@@ -125,17 +149,18 @@ class QNetwork(nn.Module):
         # tenths, and bf16's 8-bit mantissa rounds to 0.25 between 32 and 64. In bf16 a third
         # of replay states had a tied best action and the argmax disagreed with fp32's on 15 %
         # (docs/learning-history.md). The heads are 512 x (1 + num_actions) MACs: nothing to save.
+        per_action = max(self.quantiles, 1)
         with torch.autocast(device_type=h.device.type, enabled=False):
             h = h.float()
             if not self.dueling:
-                return self.head(h)
-            value = self.value(h)
-            advantage = self.advantage(h)
+                return self.head(h).view(-1, self.num_actions, per_action)
+            value = self.value(h).view(-1, 1, per_action)
+            advantage = self.advantage(h).view(-1, self.num_actions, per_action)
             # Subtracting the mean advantage makes V/A identifiable (Wang et al. 2016, eq. 9).
             return value + advantage - advantage.mean(dim=1, keepdim=True)
 
 
-def build_qnetwork(num_actions: int, frame_stack: int = 4, dueling: bool = True) -> QNetwork:
+def build_qnetwork(num_actions: int, frame_stack: int = 4, dueling: bool = True, quantiles: int = 0) -> QNetwork:
     """A fresh CPU ``QNetwork`` in eval mode, for a collector's acting copy.
 
     Collectors only run inference with weights published by the learner, so the copy
@@ -143,7 +168,7 @@ def build_qnetwork(num_actions: int, frame_stack: int = 4, dueling: bool = True)
     ``requires_grad`` switched off so no autograd bookkeeping is done while acting.
     It keeps the default NCHW activations, which are faster for batch-1 inference.
     """
-    net = QNetwork(num_actions, frame_stack=frame_stack, dueling=dueling)
+    net = QNetwork(num_actions, frame_stack=frame_stack, dueling=dueling, quantiles=quantiles)
     net.eval()
     net.requires_grad_(False)
     return net

@@ -72,6 +72,8 @@ def test_describe_lists_every_field_with_its_source():
         ({"env_id": "SuperMarioBros-9-1-v0"}, "env_id", "SuperMarioBros-9-1-v0"),
         ({"gamma": 1.5}, "gamma", "(0, 1]"),
         ({"bootstrap_epsilon": -0.1}, "bootstrap_epsilon", "[0, 1]"),
+        ({"quantiles": 1}, "quantiles", "must be 0 or >= 2"),
+        ({"quantiles": 32, "bootstrap_epsilon": 0.05}, "bootstrap_epsilon", "must be 0 with quantiles=32"),
         ({"action_set": "everything"}, "action_set", "right_only"),
         ({"learning_rate": float("nan")}, "learning_rate", "float"),
         ({"num_processes": True}, "num_processes", "int"),

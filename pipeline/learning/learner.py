@@ -14,6 +14,9 @@ One ``Learner.update(batch)`` is one optimizer step:
    ``bootstrap_epsilon`` e > 0 the bootstrap is the epsilon-greedy value
    ``(1 - e) Q_target(s', a*) + e mean_a Q_target(s', a)`` (Expected SARSA).
 3. The masked Huber loss ``sum(w * huber(Q_online(s, a), target)) / max(sum(w), 1)``.
+   With ``quantiles`` N > 0 steps 2 and 3 are QR-DQN's instead
+   (:mod:`~pipeline.learning.quantile_loss`): N target samples from the target net's
+   quantiles at ``a*``, and the quantile Huber loss on the taken action's N quantiles.
 4. ``clip_grad_norm_(grad_clip)``, Adam step, and every ``target_sync_updates`` steps a
    full copy ``target.load_state_dict(online.state_dict())`` (BatchNorm buffers too).
 
@@ -82,6 +85,7 @@ from pipeline.learning.dqn_loss import double_dqn_targets, huber_loss, targets
 from pipeline.learning.learner_compile import WARMUP_UPDATES, CompiledStep, random_batch
 from pipeline.learning.learner_device import BatchLike, batch_to_device, pick_amp_dtype, resolve_device, to_device
 from pipeline.learning.learner_settings import LearnerSettings
+from pipeline.learning.quantile_loss import quantile_huber_loss, quantile_targets
 
 logger = logging.getLogger(__name__)
 
@@ -107,6 +111,8 @@ class Learner:
             raise ValueError(f"bn_calibration_states must be >= 1 (precise BN), got {settings.bn_calibration_states}")
         if settings.target_sync_updates < 1:
             raise ValueError(f"target_sync_updates must be >= 1, got {settings.target_sync_updates}")
+        if settings.quantiles and settings.bootstrap_epsilon:
+            raise ValueError("bootstrap_epsilon > 0 bootstraps from expected values; it cannot be used with quantiles")
         self.settings = settings
         self.num_actions = num_actions
         self.device: torch.device = resolve_device(settings.device)
@@ -392,9 +398,13 @@ class Learner:
     # The two functions the step compiles: bound methods, so the compiled graphs see the
     # learner's networks (and guard on them) as the eager ones do.
     def _targets(self, *batch: torch.Tensor) -> torch.Tensor:
+        if self.settings.quantiles:
+            return quantile_targets(self.online, self.target, *batch)
         return double_dqn_targets(self.online, self.target, *batch, epsilon=self.settings.bootstrap_epsilon)
 
     def _loss(self, *tensors: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        if self.settings.quantiles:
+            return quantile_huber_loss(self.online, *tensors, amp_dtype=self.amp_dtype)
         return huber_loss(self.online, *tensors, amp_dtype=self.amp_dtype)
 
     # ------------------------------------------------------------------ state
@@ -434,7 +444,13 @@ class Learner:
     # ------------------------------------------------------------------ helpers
 
     def _network(self, *, channels_last: bool = False) -> QNetwork:
-        return QNetwork(self.num_actions, self.settings.frame_stack, self.settings.dueling, channels_last=channels_last)
+        return QNetwork(
+            self.num_actions,
+            self.settings.frame_stack,
+            self.settings.dueling,
+            quantiles=self.settings.quantiles,
+            channels_last=channels_last,
+        )
 
     def _batch_to_device(self, batch: BatchLike) -> tuple[torch.Tensor, ...]:
         return batch_to_device(batch, self.device)

@@ -260,6 +260,8 @@ def tuning_path(cfg: Config, device: str = "cpu") -> Path:
         "replay_ratio": cfg.replay_ratio,
         "frame_stack": cfg.frame_stack,
         "dueling": cfg.dueling,
+        # Only a QR-DQN learner adds its shape, so the caches of every other run stay valid.
+        **({"quantiles": cfg.quantiles} if cfg.quantiles else {}),
         "variants": list(LEARNER_VARIANTS),
     }
     digest = hashlib.sha1(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]

@@ -117,6 +117,37 @@ def test_rejects_bad_sizes() -> None:
         QNetwork(0)
     with pytest.raises(ValueError):
         QNetwork(3, frame_stack=0)
+    for quantiles in (-1, 1):
+        with pytest.raises(ValueError, match="quantiles"):
+            QNetwork(3, quantiles=quantiles)
+
+
+@pytest.mark.parametrize("dueling", [True, False])
+def test_quantile_heads_give_n_values_per_action_and_q_is_their_mean(dueling: bool) -> None:
+    net = QNetwork(6, dueling=dueling, quantiles=8).eval()
+    obs = _obs(batch=3)
+    with torch.no_grad():
+        quantiles = net.quantile_values(obs)
+        q = net(obs)
+    assert quantiles.shape == (3, 6, 8) and quantiles.dtype == torch.float32
+    torch.testing.assert_close(q, quantiles.mean(dim=2))
+    if dueling:
+        # Dueling per quantile: each quantile is V_i + A_i(a) - mean_a A_i(a).
+        with torch.no_grad():
+            hidden = net.fc(net.features(obs.float() / 255.0))
+            value = net.value(hidden).view(3, 1, 8)
+            adv = net.advantage(hidden).view(3, 6, 8)
+        torch.testing.assert_close(quantiles, value + adv - adv.mean(dim=1, keepdim=True))
+
+
+def test_a_q_value_network_keeps_its_shapes_and_has_no_quantiles() -> None:
+    """Without quantiles the heads are the ones every saved network has (so marks,
+    checkpoints and the shipped agent load), and asking it for quantiles is an error."""
+    shapes = {name: tuple(t.shape) for name, t in QNetwork(5).state_dict().items()}
+    assert shapes["value.weight"] == (1, 512) and shapes["advantage.weight"] == (5, 512)
+    assert tuple(QNetwork(5, dueling=False).state_dict()["head.weight"].shape) == (5, 512)
+    with pytest.raises(ValueError, match="quantiles > 0"):
+        QNetwork(5).quantile_values(_obs())
 
 
 @pytest.mark.parametrize("dueling", [True, False])

@@ -69,7 +69,7 @@ def greedy_return(checkpoint: Path, episodes: int = 20) -> tuple[float, float]:
     ``export`` take from it) on Catch, and Catch's optimal return."""
     state = load_checkpoint(checkpoint)
     cfg = state["config"]
-    model = QNetwork(state["num_actions"], cfg["frame_stack"], cfg["dueling"]).eval()
+    model = QNetwork(state["num_actions"], cfg["frame_stack"], cfg["dueling"], quantiles=cfg["quantiles"]).eval()
     model.load_state_dict(acting_weights(state))
     env = make_env("Catch-v0", seed=123)
     returns = []
@@ -290,6 +290,26 @@ def test_prioritized_replay_gets_the_learners_td_errors_as_priorities(tmp_path):
     priorities = replay.priorities()
     stored = priorities[priorities > 0]
     assert stored.unique().numel() > 100, stored.unique()[:10]
+
+
+@pytest.mark.slow
+def test_a_qr_dqn_run_learns_catch_and_its_checkpoint_plays(tmp_path):
+    """With quantiles the whole system trains QR-DQN: the collectors and the evaluator act
+    with the quantile network's means, the checkpoint keeps its shape in its config, and
+    its greedy policy catches more balls than it misses, as the default's must."""
+    result = run_main(
+        ["--preset", "tiny", "--num-processes", "2", "--run-dir", str(tmp_path), "--run-name", "qr"]
+        + ["--total-frames", str(LEARN_FRAMES), "--monitor", "log", "--set", "quantiles=8"],
+        cwd=ROOT,
+        timeout_s=1500,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    final = checkpoints(tmp_path / "qr")[-1]
+    assert load_checkpoint(final)["config"]["quantiles"] == 8
+    mean_return, optimal = greedy_return(final)
+    assert mean_return > 0, (mean_return, optimal, result.stderr[-2000:])
+    policy = load_policy(final)
+    assert policy.model.quantiles == 8
 
 
 @pytest.mark.slow
