@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-__all__ = ["double_dqn_targets", "huber_loss", "targets"]
+__all__ = ["double_dqn_targets", "huber_loss", "loss_autocast", "targets"]
 
 
 def double_dqn_targets(
@@ -68,6 +68,13 @@ def targets(online: nn.Module, targets_fn: Callable[..., torch.Tensor], *batch: 
         online.train()
 
 
+def loss_autocast(obs: torch.Tensor, amp_dtype: torch.dtype | None) -> contextlib.AbstractContextManager[Any]:
+    """Autocast to ``amp_dtype`` on ``obs``'s device for a loss's online forward, or nothing."""
+    if amp_dtype is None:
+        return contextlib.nullcontext()
+    return torch.autocast(device_type=obs.device.type, dtype=amp_dtype)
+
+
 def huber_loss(
     online: nn.Module,
     obs: torch.Tensor,
@@ -83,12 +90,7 @@ def huber_loss(
     The online net's forward (train mode: batch statistics) runs under autocast to
     ``amp_dtype`` when one is given; the loss itself is computed in float32.
     """
-    autocast: contextlib.AbstractContextManager[Any] = (
-        torch.autocast(device_type=obs.device.type, dtype=amp_dtype)
-        if amp_dtype is not None
-        else contextlib.nullcontext()
-    )
-    with autocast:
+    with loss_autocast(obs, amp_dtype):
         q_all = online(obs)
     q_taken = q_all.float().gather(1, action.unsqueeze(1)).squeeze(1)
     # smooth_l1 with beta=1 is the Huber loss with delta=1.

@@ -23,12 +23,11 @@ not the default (docs/learning.md).
 
 from __future__ import annotations
 
-import contextlib
-from typing import Any
-
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from pipeline.learning.dqn_loss import loss_autocast
 
 __all__ = ["quantile_huber_loss", "quantile_midpoints", "quantile_targets"]
 
@@ -76,12 +75,7 @@ def quantile_huber_loss(
     whichever loss trains. The online net's forward runs under autocast to ``amp_dtype``
     when one is given (its heads stay fp32); the loss is computed in float32.
     """
-    autocast: contextlib.AbstractContextManager[Any] = (
-        torch.autocast(device_type=obs.device.type, dtype=amp_dtype)
-        if amp_dtype is not None
-        else contextlib.nullcontext()
-    )
-    with autocast:
+    with loss_autocast(obs, amp_dtype):
         quantiles_all = online.quantile_values(obs)  # [B, A, N]
     rows = torch.arange(quantiles_all.shape[0], device=obs.device)
     theta = quantiles_all.float()[rows, action]  # [B, N]

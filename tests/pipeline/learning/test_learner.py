@@ -303,9 +303,10 @@ def test_compiled_step_puts_the_state_back_and_runs_eager_after_a_failed_compile
 
 # Inductor itself triggers torch.jit deprecation warnings while compiling; not ours.
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")
-def test_compiled_loss_matches_eager() -> None:
-    compiled = make_learner(compile=True)
-    eager = make_learner()
+@pytest.mark.parametrize("quantiles", [0, 8], ids=["q-values", "qr-dqn"])
+def test_compiled_loss_matches_eager(quantiles: int) -> None:
+    compiled = make_learner(compile=True, quantiles=quantiles)
+    eager = make_learner(quantiles=quantiles)
     compiled.warmup(batch_size=4)
     assert compiled.compiled is True
     eager.load_state_dict(copy.deepcopy(compiled.state_dict()))

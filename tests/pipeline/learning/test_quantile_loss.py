@@ -1,6 +1,6 @@
 """Tests for pipeline.learning.quantile_loss and the learner that runs it (``quantiles`` > 0):
 the quantile Huber loss by hand and by what it converges to, the Double-DQN quantile
-targets, and QR-DQN updates (eager and compiled) on the real Q-network."""
+targets, and QR-DQN updates on the real Q-network (compiled: test_learner's compile test)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,6 @@ import torch
 from torch import nn
 
 from models import QNetwork
-from pipeline.learning.dqn_loss import targets
 from pipeline.learning.learner import Learner
 from pipeline.learning.learner_settings import LearnerSettings
 from pipeline.learning.quantile_loss import quantile_huber_loss, quantile_midpoints, quantile_targets
@@ -127,21 +126,3 @@ def test_qr_learner_overfits_a_fixed_batch() -> None:
 def test_qr_learner_refuses_an_epsilon_greedy_bootstrap() -> None:
     with pytest.raises(ValueError, match="bootstrap_epsilon"):
         make_qr_learner(bootstrap_epsilon=0.05)
-
-
-# Inductor itself triggers torch.jit deprecation warnings while compiling; not ours.
-@pytest.mark.filterwarnings("ignore::DeprecationWarning")
-def test_compiled_qr_step_matches_eager() -> None:
-    compiled = make_qr_learner(compile=True)
-    eager = make_qr_learner()
-    compiled.warmup(batch_size=4)
-    assert compiled.compiled is True
-    eager.load_state_dict(copy.deepcopy(compiled.state_dict()))
-    batch = make_batch(size=4, seed=5)
-    obs_target = targets(compiled.online, compiled.step.targets, batch.next_obs, batch.ret, batch.discount)
-    assert obs_target.shape == (4, QUANTILES)
-    torch.testing.assert_close(loss_of(compiled, batch), loss_of(eager, batch), rtol=1e-4, atol=1e-5)
-    compiled.update(batch)
-    eager.update(batch)
-    for (name, p_c), p_e in zip(compiled.online.named_parameters(), eager.online.parameters()):
-        torch.testing.assert_close(p_c, p_e, rtol=1e-4, atol=1e-5, msg=name)
