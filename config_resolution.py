@@ -20,7 +20,15 @@ from typing import Any
 import config
 from config import FIELD_NAMES, KNOBS, PRESET_NAMES, PRESETS, Config, ConfigError, validate
 
-__all__ = ["Hardware", "ResolvedConfig", "auto_preset", "detect_hardware", "knob_values", "resolve_config"]
+__all__ = [
+    "Hardware",
+    "ResolvedConfig",
+    "auto_preset",
+    "detect_hardware",
+    "knob_values",
+    "parse_field_values",
+    "resolve_config",
+]
 
 
 @dataclass
@@ -144,3 +152,27 @@ def resolve_config(
     resolved = Config(**values)
     validate(resolved)
     return ResolvedConfig(config=resolved, sources=sources, preset=preset_label)
+
+
+def parse_field_values(items: list[str], flag: str) -> dict[str, Any]:
+    """FIELD=VALUE pairs of a command line's ``flag`` (``--set``), each value parsed as its
+    Config field's type; a :class:`ConfigError` naming the pair and the fix otherwise."""
+    values: dict[str, Any] = {}
+    for item in items:
+        name, sep, text = item.partition("=")
+        name = name.strip().replace("-", "_")
+        if not sep or name not in config.FIELD_TYPES:
+            raise ConfigError(
+                f"{flag} {item!r}: expected FIELD=VALUE with FIELD a config.py setting (see --print-config)"
+            )
+        kind = config.FIELD_TYPES[name]
+        try:
+            if kind == "bool":
+                if text.lower() not in ("true", "false", "1", "0", "yes", "no"):
+                    raise ValueError
+                values[name] = text.lower() in ("true", "1", "yes")
+            else:
+                values[name] = {"int": int, "float": float, "str": str}[kind](text)
+        except ValueError:
+            raise ConfigError(f"{flag} {item!r}: {name} takes a {kind} value, got {text!r}") from None
+    return values

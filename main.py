@@ -134,29 +134,6 @@ def build_parser(prog: str = "main.py") -> argparse.ArgumentParser:
     return parser
 
 
-def parse_set_overrides(items: list[str]) -> dict[str, Any]:
-    """--set FIELD=VALUE pairs, each value parsed as its Config field's type."""
-    from config import FIELD_TYPES
-
-    values: dict[str, Any] = {}
-    for item in items:
-        name, sep, text = item.partition("=")
-        name = name.strip().replace("-", "_")
-        if not sep or name not in FIELD_TYPES:
-            raise UserError(f"--set {item!r}: expected FIELD=VALUE with FIELD a config.py setting (see --print-config)")
-        kind = FIELD_TYPES[name]
-        try:
-            if kind == "bool":
-                if text.lower() not in ("true", "false", "1", "0", "yes", "no"):
-                    raise ValueError
-                values[name] = text.lower() in ("true", "1", "yes")
-            else:
-                values[name] = {"int": int, "float": float, "str": str}[kind](text)
-        except ValueError:
-            raise UserError(f"--set {item!r}: {name} takes a {kind} value, got {text!r}") from None
-    return values
-
-
 def cli_overrides(args: argparse.Namespace) -> dict[str, Any]:
     keys = (
         "num_processes",
@@ -176,7 +153,9 @@ def cli_overrides(args: argparse.Namespace) -> dict[str, Any]:
         "backend",
         "ray_address",
     )
-    values = parse_set_overrides(args.overrides)
+    from config_resolution import parse_field_values
+
+    values = parse_field_values(args.overrides, "--set")
     values.update({k: getattr(args, k) for k in keys if getattr(args, k) is not None})  # named flags win
     return values
 

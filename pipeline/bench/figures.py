@@ -131,6 +131,10 @@ FIGURES: dict[str, dict[str, FigureSpec]] = {
         "compiled_speedup": _spec("compiled / eager", "{:.2f}", "updates/s ratio, fp32"),
         "amp_speedup": _spec("eager+AMP / eager", "{:.2f}", "updates/s ratio, no compile"),
         "compiled_amp_speedup": _spec("compiled+AMP / eager", "{:.2f}", "updates/s ratio"),
+        "changed_updates_per_s": _spec(
+            "changed updates/s", "{:,.1f}", "the variant in use with --learner-set (details: changed_settings)"
+        ),
+        "changed_ratio": _spec("changed / configured", "{:.2f}", "updates/s ratio, timed in the same rounds"),
         "configured_speedup": _spec(
             "configured / eager",
             "{:.2f}",

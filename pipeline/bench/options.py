@@ -115,6 +115,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--keep-runs", metavar="DIR", help="keep the run directories (metrics.csv, summary.json, logs) under DIR"
     )
+    parser.add_argument(
+        "--learner-set",
+        action="append",
+        default=[],
+        metavar="FIELD=VALUE",
+        help="the learner part also times the variant in use with this config.py setting changed, in the same "
+        "rounds: the option's price in learner time (e.g. quantiles=32; repeatable, all changed at once)",
+    )
     return parser
 
 
@@ -128,6 +136,8 @@ class BenchOptions:
     soak_minutes: float
     json_path: Path | None
     keep_runs: Path | None
+    learner_set: tuple[str, ...] = ()  # the --learner-set pairs, as given
+    changed_config: Any = None  # the configuration with them applied (None without)
 
 
 def parse_options(argv: Sequence[str]) -> tuple[BenchOptions, Any]:
@@ -181,6 +191,31 @@ def parse_options(argv: Sequence[str]) -> tuple[BenchOptions, Any]:
             cli["num_processes"] = 2
             resolved = resolve_config(cli, preset=args.preset)
             resolved.sources["num_processes"] = "bench (at least 2 collectors)"
+        if args.learner_set:
+            options.learner_set = tuple(args.learner_set)
+            options.changed_config = _changed_config(resolved.config, args.learner_set, options.parts)
     except ConfigError as exc:
         raise UserError(str(exc)) from None
     return options, resolved
+
+
+def _changed_config(cfg: Any, items: list[str], parts: tuple[str, ...]) -> Any:
+    """``cfg`` with the ``--learner-set`` pairs applied and validated; refused where there
+    is no learner part to time it in, or where it changes the action count (the timed
+    batches are drawn once, with the run's actions)."""
+    from dataclasses import replace
+
+    import envs
+    from config import validate
+    from config_resolution import parse_field_values
+
+    if "learner" not in parts:
+        raise UserError(f"bench: --learner-set {' '.join(items)}: only the learner part uses it; add --only learner")
+    changed = replace(cfg, **parse_field_values(items, "--learner-set"))
+    validate(changed)
+    if envs.num_actions(changed.env_id, changed.action_set) != envs.num_actions(cfg.env_id, cfg.action_set):
+        raise UserError(
+            f"bench: --learner-set {' '.join(items)}: changes the number of actions; "
+            "time another action set with --env or a preset of its own instead"
+        )
+    return changed

@@ -29,7 +29,7 @@ from pipeline.common.gauges import (
     EVALUATOR_STEPS,
 )
 from pipeline.learning.learner_choice import choose_learner
-from pipeline.learning.learner_speed import LEARNER_VARIANTS, learner_spec, time_learners
+from pipeline.learning.learner_speed import CHANGED, LEARNER_VARIANTS, learner_spec, time_learners
 from pipeline.run.monitor.keys import LEARNER_PHASES
 
 EVALUATOR_BACK_TO_BACK_FRAMES = 1  # eval_interval_frames of the evaluator part's middle run
@@ -91,6 +91,7 @@ class TrainingParts(SuiteBase):
             rounds=2 if self.options.quick else 4,
             seconds_per_variant=max(2.0, self.seconds / 2),
             replay_device=replay_device,
+            changed=None if self.options.changed_config is None else (in_use, self.options.changed_config),
         )
         try:
             out = time_learners(spec)
@@ -100,6 +101,9 @@ class TrainingParts(SuiteBase):
         result.figures.update({"threads": float(spec["threads"]), "batch_size": float(cfg.batch_size)})
         result.figures.update({k: v for k, v in out.items() if k in FIGURES["learner"]})
         result.figures["configured_speedup"] = out[f"{in_use}_updates_per_s"] / out["eager_updates_per_s"]
+        if self.options.changed_config is not None:
+            result.figures["changed_ratio"] = out[f"{CHANGED}_updates_per_s"] / out[f"{in_use}_updates_per_s"]
+            result.details["changed_settings"] = list(self.options.learner_set)
         result.details.update(
             {
                 "in_use": in_use,

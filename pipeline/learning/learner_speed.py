@@ -7,6 +7,10 @@ pre-sampled from a replay memory of synthetic episodes, then the variants are ti
 interleaved rounds, so that machine load drifting during the measurement hits every
 variant alike. :func:`learner_spec` says what to measure; :func:`time_learners`
 measures it in a child process (its compiled graphs and threads die with it).
+
+A spec can also carry a **changed learner**: one variant again with other settings (the
+bench's ``--learner-set quantiles=32``), timed in the same rounds as the rest, so the
+price of a learning option in learner time is a ratio measured side by side.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ LEARNER_VARIANTS: dict[str, tuple[bool, bool]] = {  # name -> (compile, amp)
     "compiled": (True, False),
     "compiled_amp": (True, True),
 }
+CHANGED = "changed"  # the name the changed learner's figures go by
 LEARNER_REPLAY_CAPACITY = 8_192
 # Building, compiling and warming up every variant before the timed rounds; on top of it
 # a minute per variant.
@@ -51,8 +56,13 @@ def learner_spec(
     rounds: int,
     seconds_per_variant: float,
     replay_device: torch.device | str | None = None,
+    changed: tuple[str, Config] | None = None,
 ) -> dict[str, Any]:
-    """What the learner child measures (plain data: it is pickled to the child)."""
+    """What the learner child measures (plain data: it is pickled to the child).
+
+    ``changed`` (variant, config): that variant's learner is timed once more, built from
+    the other config's settings (``CHANGED`` in the figures).
+    """
     from dataclasses import asdict
 
     import envs
@@ -79,6 +89,13 @@ def learner_spec(
         "seed": cfg.seed,
         # compile, amp and device are set per variant in the child.
         "settings": asdict(LearnerSettings.from_config(cfg, compile=False, amp=False, device=str(device))),
+        "changed": None
+        if changed is None
+        else {
+            "variant": changed[0],
+            "num_actions": envs.num_actions(changed[1].env_id, changed[1].action_set),
+            "settings": asdict(LearnerSettings.from_config(changed[1], compile=False, amp=False, device=str(device))),
+        },
     }
 
 
@@ -88,7 +105,8 @@ def time_learners(spec: dict[str, Any]) -> dict[str, float]:
     Raises :class:`~pipeline.common.child.ChildError` (with the child's traceback) if the
     measurement failed, RuntimeError if the process died or overran.
     """
-    limit = LEARNER_START_ALLOWANCE_S + len(spec["variants"]) * (spec["seconds_per_variant"] + 60)
+    timed = len(spec["variants"]) + (spec.get("changed") is not None)
+    limit = LEARNER_START_ALLOWANCE_S + timed * (spec["seconds_per_variant"] + 60)
     try:
         return run_in_child(_learner_worker, (spec,), name="learner-speed", timeout_s=limit)
     except ChildTimeout:
@@ -153,10 +171,15 @@ def _measure_learners(spec: dict[str, Any]) -> dict[str, float]:
     sync = _synchronizer(device)
     learners: dict[str, Learner] = {}
     out: dict[str, float] = {}
-    for name in spec["variants"]:
-        compile_, amp = LEARNER_VARIANTS[name]
-        settings = LearnerSettings(**{**spec["settings"], "compile": compile_, "amp": amp, "device": str(device)})
-        learner = Learner(spec["num_actions"], settings)
+    # (name, variant, settings, actions): each variant, then the changed learner if any.
+    builds = [(name, name, spec["settings"], spec["num_actions"]) for name in spec["variants"]]
+    if spec.get("changed"):
+        changed = spec["changed"]
+        builds.append((CHANGED, changed["variant"], changed["settings"], changed["num_actions"]))
+    for name, variant, base, num_actions in builds:
+        compile_, amp = LEARNER_VARIANTS[variant]
+        settings = LearnerSettings(**{**base, "compile": compile_, "amp": amp, "device": str(device)})
+        learner = Learner(num_actions, settings)
         out[f"{name}_warmup_s"] = learner.warmup(batch_size)
         for batch in batches[:2]:  # the real batch types once, untimed
             learner.update(batch)

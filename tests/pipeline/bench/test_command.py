@@ -87,6 +87,29 @@ def test_part_selection_soak_only_when_asked():
     assert options.seconds == QUICK_SECONDS
 
 
+def test_learner_set_changes_the_timed_copy_of_the_config_only():
+    options, resolved = parse_options(["--only", "learner", "--learner-set", "quantiles=32"])
+    assert options.learner_set == ("quantiles=32",)
+    assert options.changed_config.quantiles == 32 and resolved.config.quantiles == 0
+    assert parse_options(["--only", "learner"])[0].changed_config is None
+
+
+@pytest.mark.parametrize(
+    ("argv", "fragment"),
+    [
+        (["--only", "raw", "--learner-set", "quantiles=32"], "only the learner part uses it"),
+        (["--only", "learner", "--learner-set", "quantiles=1"], "quantiles=1: must be 0 or >= 2"),
+        (["--only", "learner", "--learner-set", "quantiles=many"], "quantiles takes a int value"),
+        (["--only", "learner", "--learner-set", "widest=2"], "FIELD a config.py setting"),
+        (["--only", "learner", "--learner-set", "action_set=right_jump"], "changes the number of actions"),
+    ],
+)
+def test_bad_learner_set_is_one_line_before_anything_runs(argv, fragment):
+    with pytest.raises(UserError) as info:
+        parse_options(argv)
+    assert fragment in str(info.value) and "\n" not in str(info.value)
+
+
 def _start_burner() -> int:
     """A process spinning on the CPU that is not this process's descendant (a shell starts it
     and exits, so it is re-parented): the bench must count it as other load, not its own."""

@@ -107,3 +107,28 @@ def test_each_variant_is_timed_with_its_own_precision_over_the_runs_settings(mon
     assert all(s.learning_rate == 3e-4 for s in built.values())
     with pytest.raises(ValueError, match="unknown learner variant"):
         learner_speed.learner_spec(catch(), "cpu", variants=["renorm"], rounds=1, seconds_per_variant=0.2)
+
+
+def test_a_changed_learner_is_timed_in_the_same_rounds_with_its_own_settings(monkeypatch):
+    """The bench's --learner-set: the variant given is built once more from the changed
+    config's settings and timed beside the others under the name CHANGED."""
+    from dataclasses import replace
+
+    from pipeline.learning import learner as learner_module
+    from pipeline.learning import learner_speed
+
+    built = []
+
+    class SpyLearner(learner_module.Learner):
+        def __init__(self, num_actions, settings):
+            super().__init__(num_actions, settings)
+            built.append(settings)
+
+    monkeypatch.setattr(learner_module, "Learner", SpyLearner)
+    cfg = catch(compile="off", amp="off")
+    spec = learner_speed.learner_spec(
+        cfg, "cpu", variants=["eager"], rounds=2, seconds_per_variant=0.2, changed=("eager", replace(cfg, quantiles=8))
+    )
+    out = learner_speed._measure_learners(spec)
+    assert out["eager_updates_per_s"] > 0 and out[f"{learner_speed.CHANGED}_updates_per_s"] > 0
+    assert [(s.quantiles, s.compile, s.amp) for s in built] == [(0, False, False), (8, False, False)]
