@@ -82,7 +82,7 @@ def quantile_huber_loss(
     taus = quantile_midpoints(theta.shape[1], obs.device)
     # u[b, i, j] = target_j - theta_i: every target sample against every quantile.
     u = target.unsqueeze(1) - theta.unsqueeze(2)
-    huber = F.smooth_l1_loss(theta.unsqueeze(2).expand_as(u), target.unsqueeze(1).expand_as(u), reduction="none")
+    huber = F.smooth_l1_loss(u, torch.zeros_like(u), reduction="none")  # Huber with delta 1, of u itself
     asymmetry = (taus.view(1, -1, 1) - (u.detach() < 0).float()).abs()
     per_sample = (asymmetry * huber).mean(dim=2).sum(dim=1)
     loss = (weight * per_sample).sum() / weight.sum().clamp(min=1.0)
