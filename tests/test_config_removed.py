@@ -51,7 +51,7 @@ SAVED_AT_THE_TAG = {
 
 
 # The runs in progress at the tag, at the defaults of the time where today's differ.
-AT_THE_TAG = Config(frontier_start_share=0.5, action_set="simple", bn_calibration_states=256)
+AT_THE_TAG = Config(frontier_start_share=0.5, action_set="simple", bn_calibration_states=256, quantiles=0)
 
 
 def saved(**changes: object) -> dict[str, object]:
@@ -153,3 +153,13 @@ def test_from_dict_still_drops_unknown_names_and_fills_saved_before() -> None:
     del values["jump_retrigger"]
     cfg = Config.from_dict(values)
     assert cfg.jump_retrigger is SAVED_BEFORE["jump_retrigger"]
+
+
+def test_a_network_saved_before_quantiles_existed_is_the_q_value_learner_it_was() -> None:
+    """The default learns quantiles now; a checkpoint, mark or export from before the field
+    (every Q-value run, the agent shipped until then) has no ``quantiles`` and was trained
+    with Q-values, so it loads as a Q-value network, not as today's default shape."""
+    values = dataclasses.asdict(Config())
+    assert values["quantiles"] == 32
+    del values["quantiles"]
+    assert Config.from_dict(values).quantiles == SAVED_BEFORE["quantiles"] == 0

@@ -14,9 +14,10 @@ One ``Learner.update(batch)`` is one optimizer step:
    ``bootstrap_epsilon`` e > 0 the bootstrap is the epsilon-greedy value
    ``(1 - e) Q_target(s', a*) + e mean_a Q_target(s', a)`` (Expected SARSA).
 3. The masked Huber loss ``sum(w * huber(Q_online(s, a), target)) / max(sum(w), 1)``.
-   With ``quantiles`` N > 0 steps 2 and 3 are QR-DQN's instead
+   With ``quantiles`` N > 0 (the default, 32) steps 2 and 3 are QR-DQN's instead
    (:mod:`~pipeline.learning.quantile_loss`): N target samples from the target net's
-   quantiles at ``a*``, and the quantile Huber loss on the taken action's N quantiles.
+   quantiles at ``a*``, and the quantile Huber loss on the taken action's N quantiles;
+   ``quantiles=0`` is the Q-value learner of steps 2 and 3 as written.
 4. ``clip_grad_norm_(grad_clip)``, Adam step, and every ``target_sync_updates`` steps a
    full copy ``target.load_state_dict(online.state_dict())`` (BatchNorm buffers too).
 

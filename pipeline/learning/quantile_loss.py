@@ -14,11 +14,12 @@ mean. :class:`~pipeline.learning.learner.Learner` runs these instead of
   ``|tau_i - 1{u < 0}| huber(u)``, ``u = target_j - theta_i``, summed over ``i`` and
   averaged over ``j``; per sample weighted as the Huber loss is.
 
-Why it is an option: the return that follows a state on 1-1 is two-headed (Mario clears
-the jump or falls into the pit) and its mean hides how close the pit is; learning the
-whole distribution gives the trunk more to shape its features on, the gain that made
-QR-DQN and IQN beat Double DQN on Atari. It is a candidate of the learning benchmark,
-not the default (docs/learning.md).
+Why it is the default (``quantiles=32``): the return that follows a state on 1-1 is
+two-headed (Mario clears the jump or falls into the pit) and its mean hides how close the
+pit is; learning the whole distribution gives the trunk more to shape its features on,
+the gain that made QR-DQN and IQN beat Double DQN on Atari. On the learning benchmark it
+finished 1-1 in 0.50 of the 2M marks' episodes on two seeds against the Q-value
+learner's 0.40 and 0.30 (docs/learning.md).
 """
 
 from __future__ import annotations

@@ -194,11 +194,12 @@ def test_the_area_under_the_curve_is_compared_over_the_frames_both_runs_cover() 
 def save_mark(run: Path, frames: int, *, seed: int = 0, lean: int | None = None) -> Path:
     """A mark as a run writes it: a Catch network (leaning to one action if asked)."""
     torch.manual_seed(seed)
-    net = QNetwork(3, CATCH.frame_stack, CATCH.dueling)
+    net = QNetwork(3, CATCH.frame_stack, CATCH.dueling, quantiles=CATCH.quantiles)
     if lean is not None:  # the advantage head's bias alone picks the action
         with torch.no_grad():
             net.advantage.weight.zero_()
-            net.advantage.bias.copy_(torch.eye(3)[lean] * 5)
+            # A bias per action and quantile, action-major: every quantile of one action leans.
+            net.advantage.bias.copy_(torch.eye(3)[lean].repeat_interleave(max(net.quantiles, 1)) * 5)
     payload = {
         "learner": {"online": net.state_dict()},
         "counters": {"frames": frames + 7},

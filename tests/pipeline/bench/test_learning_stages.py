@@ -37,7 +37,7 @@ def save_mario_mark(run: Path, config: Config, frames: int) -> Path:
     """A mark of a Mario network (the config's actions, fixed weights) as a run writes it."""
     actions = num_actions(config.env_id, config.action_set)
     torch.manual_seed(4)
-    net = QNetwork(actions, config.frame_stack, config.dueling)
+    net = QNetwork(actions, config.frame_stack, config.dueling, quantiles=config.quantiles)
     payload = {"learner": {"online": net.state_dict()}, "counters": {"frames": frames}, "config": config.to_dict()}
     payload["num_actions"] = actions
     path = run / "checkpoints" / "marks" / f"frames-{frames:09d}.pt"

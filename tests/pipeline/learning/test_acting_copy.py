@@ -80,7 +80,7 @@ def test_the_acting_copy_has_statistics_of_its_own_weights_and_is_what_is_publis
     for name, value in learner.publishable_state().items():
         assert torch.equal(value, acting.state_dict()[name].float()), name
     # A mark (and so eval, play and the bench) plays the acting weights.
-    cfg = Config(env_id="Catch-v0")
+    cfg = Config(env_id="Catch-v0", quantiles=learner.settings.quantiles)  # the learner's shape
     payload = mark_payload(learner, {"frames": 100}, cfg, NUM_ACTIONS)
     save_checkpoint(tmp_path / "mark.pt", payload)
     policy = load_policy(tmp_path / "mark.pt")

@@ -127,8 +127,8 @@ def test_a_changed_learner_is_timed_in_the_same_rounds_with_its_own_settings(mon
     monkeypatch.setattr(learner_module, "Learner", SpyLearner)
     cfg = catch(compile="off", amp="off")
     spec = learner_speed.learner_spec(
-        cfg, "cpu", variants=["eager"], rounds=2, seconds_per_variant=0.2, changed=("eager", replace(cfg, quantiles=8))
+        cfg, "cpu", variants=["eager"], rounds=2, seconds_per_variant=0.2, changed=("eager", replace(cfg, quantiles=0))
     )
     out = learner_speed._measure_learners(spec)
     assert out["eager_updates_per_s"] > 0 and out[f"{learner_speed.CHANGED}_updates_per_s"] > 0
-    assert [(s.quantiles, s.compile, s.amp) for s in built] == [(0, False, False), (8, False, False)]
+    assert [(s.quantiles, s.compile, s.amp) for s in built] == [(32, False, False), (0, False, False)]

@@ -14,10 +14,17 @@ from pipeline.learning.checkpoint import load_checkpoint, save_checkpoint
 from pipeline.learning.policy import load_policy, resolve_checkpoint
 from pipeline.learning.shipped import acting_weights, export_payload, shipped_names, shipped_path
 
+CATCH = Config(env_id="Catch-v0", seed=3)
+
+
+def catch_network() -> QNetwork:
+    """The network CATCH's config describes (the default's shape)."""
+    return QNetwork(3, CATCH.frame_stack, CATCH.dueling, quantiles=CATCH.quantiles)
+
 
 def network_state(seed: int) -> dict[str, torch.Tensor]:
     torch.manual_seed(seed)
-    net = QNetwork(3, 4, True)
+    net = catch_network()
     with torch.no_grad():
         for module in net.modules():
             if isinstance(module, torch.nn.BatchNorm2d):
@@ -38,7 +45,7 @@ def payload(acting: bool = True) -> dict:
             "optimizer": {"state": {}},
         },
         "counters": {"frames": 5000, "episodes": 12},
-        "config": Config(env_id="Catch-v0", seed=3).to_dict(),
+        "config": CATCH.to_dict(),
         "num_actions": 3,
         "rng": {"torch": torch.zeros(4, dtype=torch.uint8)},
     }
@@ -106,7 +113,7 @@ def test_an_export_file_round_trips_and_loads_as_a_policy_with_the_same_values(t
     policy = load_policy(path)
     assert policy.provenance is not None and policy.provenance["frames"] == 5000
     assert (policy.env_id, policy.num_actions, policy.frames) == ("Catch-v0", 3, 5000)
-    net = QNetwork(3, 4, True)
+    net = catch_network()
     net.load_state_dict(source["learner"]["acting"])
     obs = torch.randint(0, 256, (8, 4, 84, 84), dtype=torch.uint8, generator=torch.Generator().manual_seed(0))
     with torch.inference_mode():

@@ -293,23 +293,24 @@ def test_prioritized_replay_gets_the_learners_td_errors_as_priorities(tmp_path):
 
 
 @pytest.mark.slow
-def test_a_qr_dqn_run_learns_catch_and_its_checkpoint_plays(tmp_path):
-    """With quantiles the whole system trains QR-DQN: the collectors and the evaluator act
-    with the quantile network's means, the checkpoint keeps its shape in its config, and
-    its greedy policy catches more balls than it misses, as the default's must."""
+def test_a_q_value_run_learns_catch_and_its_checkpoint_plays(tmp_path):
+    """With quantiles=0 the whole system trains the Q-value learner (Double DQN, the Huber
+    loss), as every run saved before QR-DQN became the default did: the checkpoint keeps
+    that shape in its config, and its greedy policy catches more balls than it misses, as
+    the default's must."""
     result = run_main(
-        ["--preset", "tiny", "--num-processes", "2", "--run-dir", str(tmp_path), "--run-name", "qr"]
-        + ["--total-frames", str(LEARN_FRAMES), "--monitor", "log", "--set", "quantiles=8"],
+        ["--preset", "tiny", "--num-processes", "2", "--run-dir", str(tmp_path), "--run-name", "qv"]
+        + ["--total-frames", str(LEARN_FRAMES), "--monitor", "log", "--set", "quantiles=0"],
         cwd=ROOT,
         timeout_s=1500,
     )
     assert result.returncode == 0, result.stderr[-3000:]
-    final = checkpoints(tmp_path / "qr")[-1]
-    assert load_checkpoint(final)["config"]["quantiles"] == 8
+    final = checkpoints(tmp_path / "qv")[-1]
+    assert load_checkpoint(final)["config"]["quantiles"] == 0
     mean_return, optimal = greedy_return(final)
     assert mean_return > 0, (mean_return, optimal, result.stderr[-2000:])
     policy = load_policy(final)
-    assert policy.model.quantiles == 8
+    assert policy.model.quantiles == 0
 
 
 @pytest.mark.slow

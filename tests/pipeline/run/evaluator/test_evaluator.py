@@ -36,7 +36,7 @@ def weights_block():
     unlinked afterwards."""
     cfg = Config(env_id="Catch-v0", seed=11)
     torch.manual_seed(0)
-    net = QNetwork(3, cfg.frame_stack, cfg.dueling)
+    net = QNetwork(3, cfg.frame_stack, cfg.dueling, quantiles=cfg.quantiles)
     num_floats = state_numel(net.state_dict())
     segment = create_segment(segment_name(TAG, "weights"), W.block_bytes(num_floats))
     block = W.WeightsBlock.initialise(segment.buf, num_floats)

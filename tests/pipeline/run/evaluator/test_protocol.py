@@ -26,7 +26,7 @@ CFG = Config(env_id="Catch-v0")
 @pytest.fixture(scope="module")
 def net() -> QNetwork:
     torch.manual_seed(3)
-    return QNetwork(3, CFG.frame_stack, CFG.dueling).eval()
+    return QNetwork(3, CFG.frame_stack, CFG.dueling, quantiles=CFG.quantiles).eval()
 
 
 def play(net: QNetwork, protocol: Protocol, **kwargs):
