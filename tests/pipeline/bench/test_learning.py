@@ -19,7 +19,6 @@ import pytest
 import torch
 
 from config import Config
-from models import QNetwork
 from pipeline.bench import learning as learning_module
 from pipeline.bench.command import _without_only_learning
 from pipeline.bench.learning import (
@@ -60,6 +59,7 @@ from pipeline.bench.learning_figures import (
 from pipeline.bench.options import PART_HELP, PARTS
 from pipeline.common.errors import UserError
 from pipeline.learning.checkpoint import save_checkpoint
+from pipeline.learning.policy import network_of
 from pipeline.run.evaluator.protocol import Protocol
 from pipeline.transport.segments import project_segments, run_tag
 from tests.conftest import wait_until
@@ -194,7 +194,7 @@ def test_the_area_under_the_curve_is_compared_over_the_frames_both_runs_cover() 
 def save_mark(run: Path, frames: int, *, seed: int = 0, lean: int | None = None) -> Path:
     """A mark as a run writes it: a Catch network (leaning to one action if asked)."""
     torch.manual_seed(seed)
-    net = QNetwork(3, CATCH.frame_stack, CATCH.dueling, quantiles=CATCH.quantiles)
+    net = network_of(CATCH, 3)
     if lean is not None:  # the advantage head's bias alone picks the action
         with torch.no_grad():
             net.advantage.weight.zero_()

@@ -12,7 +12,6 @@ import torch
 
 from config import Config
 from envs import num_actions
-from models import QNetwork
 from pipeline.bench.learning_curves import (
     EVAL_CACHE,
     MarkResult,
@@ -23,6 +22,7 @@ from pipeline.bench.learning_curves import (
     stage_rows,
 )
 from pipeline.learning.checkpoint import save_checkpoint
+from pipeline.learning.policy import network_of
 from pipeline.run.stage_report import ends_lines, stage_table
 
 
@@ -37,7 +37,7 @@ def save_mario_mark(run: Path, config: Config, frames: int) -> Path:
     """A mark of a Mario network (the config's actions, fixed weights) as a run writes it."""
     actions = num_actions(config.env_id, config.action_set)
     torch.manual_seed(4)
-    net = QNetwork(actions, config.frame_stack, config.dueling, quantiles=config.quantiles)
+    net = network_of(config, actions)
     payload = {"learner": {"online": net.state_dict()}, "counters": {"frames": frames}, "config": config.to_dict()}
     payload["num_actions"] = actions
     path = run / "checkpoints" / "marks" / f"frames-{frames:09d}.pt"

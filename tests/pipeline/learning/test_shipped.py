@@ -7,24 +7,18 @@ import pytest
 import torch
 
 from config import Config
-from models import QNetwork
 from pipeline.common.errors import UserError
 from pipeline.learning import shipped
 from pipeline.learning.checkpoint import load_checkpoint, save_checkpoint
-from pipeline.learning.policy import load_policy, resolve_checkpoint
+from pipeline.learning.policy import load_policy, network_of, resolve_checkpoint
 from pipeline.learning.shipped import acting_weights, export_payload, shipped_names, shipped_path
 
 CATCH = Config(env_id="Catch-v0", seed=3)
 
 
-def catch_network() -> QNetwork:
-    """The network CATCH's config describes (the default's shape)."""
-    return QNetwork(3, CATCH.frame_stack, CATCH.dueling, quantiles=CATCH.quantiles)
-
-
 def network_state(seed: int) -> dict[str, torch.Tensor]:
     torch.manual_seed(seed)
-    net = catch_network()
+    net = network_of(CATCH, 3)
     with torch.no_grad():
         for module in net.modules():
             if isinstance(module, torch.nn.BatchNorm2d):
@@ -113,7 +107,7 @@ def test_an_export_file_round_trips_and_loads_as_a_policy_with_the_same_values(t
     policy = load_policy(path)
     assert policy.provenance is not None and policy.provenance["frames"] == 5000
     assert (policy.env_id, policy.num_actions, policy.frames) == ("Catch-v0", 3, 5000)
-    net = catch_network()
+    net = network_of(CATCH, 3)
     net.load_state_dict(source["learner"]["acting"])
     obs = torch.randint(0, 256, (8, 4, 84, 84), dtype=torch.uint8, generator=torch.Generator().manual_seed(0))
     with torch.inference_mode():

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 
 from config import Config
-from models import QNetwork
+from pipeline.learning.policy import network_of
 from pipeline.run import supervisor as S
 from pipeline.transport import ring as R
 from tests.pipeline import producers as P
@@ -17,7 +17,7 @@ HEARTBEAT_TIMEOUT_S = 2.0
 
 def test_a_collector_stalled_on_another_envs_ring_is_not_restarted_and_its_stall_shows(tmp_path):
     cfg = Config(env_id="Catch-v0", reward_scale=1.0, envs_per_collector=2, ring_capacity=16, seed=3)
-    net = QNetwork(3, cfg.frame_stack, cfg.dueling, quantiles=cfg.quantiles)
+    net = network_of(cfg, 3)
     with one_collector(
         cfg,
         net,

@@ -19,7 +19,7 @@ import torch
 from config import Config
 from models import QNetwork
 from pipeline.learning.flat_state import flatten_state, state_numel
-from pipeline.learning.policy import build_env, single_thread_torch
+from pipeline.learning.policy import build_env, network_of, single_thread_torch
 from pipeline.run.evaluator.evaluator import Evaluator
 from pipeline.run.evaluator.protocol import EVAL_SEED_OFFSET, Protocol, play_protocol, protocol_figures
 from pipeline.transport import weights as W
@@ -36,7 +36,7 @@ def weights_block():
     unlinked afterwards."""
     cfg = Config(env_id="Catch-v0", seed=11)
     torch.manual_seed(0)
-    net = QNetwork(3, cfg.frame_stack, cfg.dueling, quantiles=cfg.quantiles)
+    net = network_of(cfg, 3)
     num_floats = state_numel(net.state_dict())
     segment = create_segment(segment_name(TAG, "weights"), W.block_bytes(num_floats))
     block = W.WeightsBlock.initialise(segment.buf, num_floats)

@@ -10,7 +10,7 @@ import torch
 
 from config import Config
 from models import QNetwork
-from pipeline.learning.policy import build_env, single_thread_torch
+from pipeline.learning.policy import build_env, network_of, single_thread_torch
 from pipeline.run.evaluator.protocol import (
     FIGURE_KEYS,
     Protocol,
@@ -26,7 +26,7 @@ CFG = Config(env_id="Catch-v0")
 @pytest.fixture(scope="module")
 def net() -> QNetwork:
     torch.manual_seed(3)
-    return QNetwork(3, CFG.frame_stack, CFG.dueling, quantiles=CFG.quantiles).eval()
+    return network_of(CFG, 3).eval()
 
 
 def play(net: QNetwork, protocol: Protocol, **kwargs):
