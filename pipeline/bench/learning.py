@@ -8,7 +8,9 @@ run already there is reused: finished ones are only evaluated, shorter ones are 
 (their replay with them) up to ``--frames``, so a long benchmark can be stopped with
 Ctrl-C (the training run stops as it does on its own Ctrl-C, with its final checkpoint and
 replay, and the bench ends with 130) and continued later, in another session, by the same
-command. After training,
+command. A SIGTERM sent to the bench alone (``kill``, a job system; a bench started in the
+background ignores SIGINT) stops it the same way: it passes the SIGTERM on to the training
+run, or stops the marks being evaluated. After training,
 every mark is evaluated (:mod:`~pipeline.bench.learning_curves`) by the field's
 protocol: ``--episodes`` episodes (20) at ``--epsilon`` (0.05), each from a seed of its
 own, the same seeds for every mark, run and variant; the greedy episode ``play`` shows
@@ -41,12 +43,14 @@ import csv
 import json
 import math
 import platform
+import signal
 import statistics
 import subprocess
 import sys
 import time
 from dataclasses import asdict
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 from pipeline.bench.learning_curves import (
@@ -162,6 +166,16 @@ def results_name(name: str, protocol: Protocol) -> str:
     return f"{name}-eps{protocol.epsilon:g}x{protocol.episodes}{steps}.json"
 
 
+class Terminated(KeyboardInterrupt):
+    """A SIGTERM reached the bench: it stops as on a Ctrl-C."""
+
+
+def raise_terminated(signum: int, frame: FrameType | None) -> None:
+    """The bench's SIGTERM handler (Python's default would end it at once, leaving its
+    training run or mark workers running without it)."""
+    raise Terminated
+
+
 def run_frames(run: Path) -> int:
     """Frames of the newest checkpoint of ``run`` (0 if none)."""
     names = [p.stem for p in (run / "checkpoints").glob("ckpt-*.pt")]
@@ -187,10 +201,14 @@ def train(run: Path, seed: int, args: argparse.Namespace, train_args: list[str])
         child = subprocess.Popen(command, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
         try:
             code = child.wait()
-        except KeyboardInterrupt:
+        except KeyboardInterrupt as stop:
             # Not subprocess.call, which kills the child on a KeyboardInterrupt: the run would
             # lose its final checkpoint and the replay since its last save. A terminal's
-            # Ctrl-C reaches the run too (one process group), and it stops by itself.
+            # Ctrl-C reaches the run too (one process group), and it stops by itself; a
+            # SIGTERM may have reached the bench alone, so the run is sent its own (a run
+            # takes any number of them as one stop).
+            if isinstance(stop, Terminated):
+                child.send_signal(signal.SIGTERM)
             wait_for_clean_stop(child, run)
             raise
     if code != 0:
@@ -200,7 +218,7 @@ def train(run: Path, seed: int, args: argparse.Namespace, train_args: list[str])
 def wait_for_clean_stop(child: subprocess.Popen[bytes], run: Path) -> None:
     """Wait, through further Ctrl-Cs, for an interrupted training run to stop.
 
-    Nothing is sent to it: the Ctrl-C that interrupted this process reached it as well,
+    No SIGINT is sent to it: the Ctrl-C that interrupted this process reached it as well,
     and a second SIGINT is its "exit at once" (the final checkpoint skipped).
     """
     print(f"learning bench: interrupted; waiting for {run} to stop and save", file=sys.stderr, flush=True)
@@ -368,6 +386,14 @@ def print_report(result: dict[str, Any]) -> None:
 
 
 def learning_command(argv: list[str]) -> int:
+    previous = signal.signal(signal.SIGTERM, raise_terminated)
+    try:
+        return run_learning_bench(argv)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def run_learning_bench(argv: list[str]) -> int:
     args, train_args = parse(argv)
     protocol: Protocol = args.protocol
     args.out.mkdir(parents=True, exist_ok=True)

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import multiprocessing
 import os
 import statistics
 from collections.abc import Mapping, Sequence
@@ -179,10 +180,11 @@ def evaluate_marks(run: Path, protocol: Protocol, *, workers: int | None = None)
     todo = [path for path in mark_files(run) if path.name not in done]
     if todo:
         workers = workers or max(1, min(len(todo), len(os.sched_getaffinity(0))))
+        children_before = set(multiprocessing.active_children())
         # Children of the fork server: they do not inherit this process's torch threads.
         with ProcessPoolExecutor(max_workers=workers, mp_context=process_context()) as pool:
-            futures = {pool.submit(evaluate_mark, str(p), protocol.to_dict()): p.name for p in todo}
             try:
+                futures = {pool.submit(evaluate_mark, str(p), protocol.to_dict()): p.name for p in todo}
                 # Each mark is kept as it finishes (a mark of 1-1 takes minutes): a Ctrl-C
                 # or a mark that fails loses only the marks still being played.
                 for future in as_completed(futures):
@@ -190,6 +192,13 @@ def evaluate_marks(run: Path, protocol: Protocol, *, workers: int | None = None)
                     atomic_write_text(cache_path, json.dumps(cache, indent=1) + "\n")
             except BaseException:
                 pool.shutdown(wait=False, cancel_futures=True)  # the marks not started yet
+                # And the marks being played: leaving the block waits for its workers, which
+                # play on for minutes when the interrupt reached this process alone (a SIGTERM,
+                # a `kill -INT`); a terminal's Ctrl-C has stopped them already. They hold
+                # nothing but their own episodes. The pool's workers are this process's only
+                # children started since it began.
+                for worker in set(multiprocessing.active_children()) - children_before:
+                    worker.terminate()
                 raise
     curve = sorted((MarkResult.from_dict(value) for value in done.values()), key=lambda r: r.frames)
     for result in curve:

@@ -404,14 +404,16 @@ def ignore_sigint() -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("bench_sigint", ["handled", "ignored"])
-def test_ctrl_c_lets_the_training_run_stop_and_save_and_ends_the_bench(tmp_path: Path, bench_sigint: str) -> None:
+@pytest.mark.parametrize("stop", ["ctrl-c", "ctrl-c-sigint-ignored", "sigterm-to-the-bench-alone"])
+def test_ctrl_c_lets_the_training_run_stop_and_save_and_ends_the_bench(tmp_path: Path, stop: str) -> None:
     """A terminal's Ctrl-C (SIGINT to the whole process group) while a seed trains: the run
     stops as on its own Ctrl-C, with its final checkpoint and replay, and the bench ends
     with 130 and one line saying so, evaluating nothing. (It used subprocess.call, which
     killed the run on the bench's KeyboardInterrupt: no final checkpoint, no replay; and
     a bench that ignored SIGINT, started in the background, went on to evaluate the
-    marks and train the next seed.)"""
+    marks and train the next seed.) A SIGTERM to a background bench alone (``kill``)
+    does the same: the bench passes it on to the run (it used to die at once, and the
+    run trained on without it)."""
     command = [sys.executable, "main.py", "bench", "--only", "learning", "--name", "tiny", "--out", str(tmp_path)]
     command += ["--frames", "1000000", "--mark-frames", "500", "--", "--preset", "tiny"]
     bench_proc = subprocess.Popen(
@@ -421,12 +423,15 @@ def test_ctrl_c_lets_the_training_run_stop_and_save_and_ends_the_bench(tmp_path:
         stderr=subprocess.PIPE,
         text=True,
         start_new_session=True,
-        preexec_fn=ignore_sigint if bench_sigint == "ignored" else None,
+        preexec_fn=None if stop == "ctrl-c" else ignore_sigint,
     )
     run = tmp_path / "tiny-s0"
     try:
         wait_until(lambda: training_started(run), 600, "training to start", proc=bench_proc)
-        os.killpg(bench_proc.pid, signal.SIGINT)
+        if stop == "sigterm-to-the-bench-alone":
+            os.kill(bench_proc.pid, signal.SIGTERM)
+        else:
+            os.killpg(bench_proc.pid, signal.SIGINT)
         _, err = bench_proc.communicate(timeout=300)
     finally:
         if bench_proc.poll() is None:
