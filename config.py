@@ -11,8 +11,8 @@ it reads the knobs and presets here when called. Validation
 (:mod:`config_validation`, re-exported here as :func:`validate` and
 :class:`ConfigError`) collects every problem and raises a single :class:`ConfigError`
 before any process or shared memory is created. A checkpoint's saved config is read
-with :meth:`Config.from_dict`, which refuses the options removed since the tag
-``pre-option-removal`` at any value the code no longer has (:mod:`config_removed`).
+with :meth:`Config.from_dict`, which refuses the options removed since (each removal
+after a tag) at any value the code no longer has (:mod:`config_removed`).
 """
 
 from __future__ import annotations
@@ -110,11 +110,6 @@ class Config:
     """Steps of the n-step return."""
     gamma: float = 0.99
     """Discount factor."""
-    bootstrap_epsilon: float = 0.0
-    """Bootstrap from the epsilon-greedy policy (Expected SARSA): the next state's value is
-    (1 - e) Q(s', argmax) + e mean_a Q(s', a), so the values count the random actions the
-    agent takes (0.05 in training and in the benchmark's protocol); 0 = the greedy value
-    (Double DQN)."""
     learning_rate: float = 1e-4
     """Adam learning rate."""
     grad_clip: float = 10.0
@@ -134,7 +129,7 @@ class Config:
     action and the quantile Huber loss trains them; the Q-value that acts is their mean
     (0 = Q-values and the Huber loss; else >= 2). 32 finished 1-1 in 0.50 of the 2M marks'
     episodes on seeds 0 and 1, against the Q-value learner's 0.40 and 0.30, and was ahead
-    at 1M on both (docs/learning.md, "What it reaches"); bootstrap_epsilon must be 0 with it."""
+    at 1M on both (docs/learning.md, "What it reaches")."""
     bn_calibration_states: int = 1024
     """Precise BN (Wu & Johnson 2021): before every publish and every target copy the
     online network's BatchNorm statistics are re-estimated with its current weights over

@@ -1,14 +1,17 @@
-"""The options removed after the tag ``pre-option-removal``, and what the code now always does.
+"""The options removed from the code, each removal after a tag, and what the code now always does.
 
 Each option lost on the learning benchmark (docs/learning-history.md records each, docs/learning.md lists them) or never
 measured left the Config with its code; this table is its one home in the config layer.
-A checkpoint saved before the removal holds these fields:
+Options left in removals (:class:`Removal`): the first after the tag ``pre-option-removal``,
+then ``bootstrap_epsilon`` after ``pre-expected-sarsa-removal``. A checkpoint saved before a
+removal holds its fields:
 
 - at the value the code now always behaves as (``REMOVED``), or at any value where the
   option only acted through another one that is refused (``ANY_VALUE``): the checkpoint
   was trained as the code trains today, so it loads silently (resume, eval, play, marks);
 - at another value: it was trained by code that is gone, and :func:`check_saved` refuses
-  it before anything starts, in one line naming the option, its value and the tag.
+  it before anything starts, in one line naming the option, its value and the tag to
+  check out.
 
 ``RETIRED`` holds values of fields that stay whose code path went with a removed option.
 A config saved before a field existed reads as ``config.SAVED_BEFORE`` says before this
@@ -18,24 +21,23 @@ check runs (an old checkpoint without ``bn_calibration_states`` used the running
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any, Final
 
 from config_validation import ConfigError
 
 __all__ = [
     "ANY_VALUE",
+    "EXPECTED_SARSA_REMOVAL",
+    "OPTION_REMOVAL",
+    "REMOVALS",
     "REMOVED",
-    "REMOVED_COMMIT",
-    "REMOVED_TAG",
     "RETIRED",
+    "Removal",
     "RemovedOptionError",
     "check_saved",
     "removed_setting",
 ]
-
-REMOVED_TAG: Final = "pre-option-removal"
-# The commit the tag names: a clone that fetched no tags can still check it out.
-REMOVED_COMMIT: Final = "8669a59"
 
 
 class _AnyValue:
@@ -47,70 +49,103 @@ class _AnyValue:
 
 ANY_VALUE: Final = _AnyValue()
 
-# Removed field -> the value the code now always behaves as.
-REMOVED: Final[dict[str, Any]] = {
-    # Lost on the learning benchmark.
-    "no_progress_terminal": False,
-    "no_progress_penalty": 0.0,
-    "advantage_learning": 0.0,
-    "bn_momentum": ANY_VALUE,  # read only by the running average, bn_calibration_states=0 (RETIRED)
-    "batch_renorm": False,
-    "augment_shift": 0,
-    "exploration": "epsilon",
-    "ez_mu": ANY_VALUE,  # read only by exploration="ez"
-    "ez_max_steps": ANY_VALUE,  # read only by exploration="ez"
-    "prev_action_input": False,
-    "frontier_point_episodes": 1,
-    "batch_norm": True,
-    # Never measured: now fixed values, each a constant where the code uses it.
-    "grad_accum": 1,
-    "steadiness_probe_states": 1024,
-    "steadiness_batchings": 4,
-    "weights_check_steps": 200,
-    "model_update_frequency": 1,
-    "priority_beta_start": 0.4,
-    "priority_beta_frames": 2_000_000,
-    "adam_eps": 1.5e-4,
-    "eval_final_timeout_s": 600.0,
-    "keep_checkpoints": 3,
-    "reset_shrink": 0.8,
-    # A measurement's cadence, never a learning setting: the steadiness probe now measures
-    # at the target-copy cadence (target_sync_updates, 2,000 by default, as it always ran).
-    "steadiness_interval_updates": ANY_VALUE,
-}
 
-# Kept field -> (the value whose code path was removed, what that path was).
+@dataclass(frozen=True)
+class Removal:
+    """One clean-up of the options: what it removed, and the code just before it.
+
+    ``commit`` is the tag's commit: a clone that fetched no tags can still check it out.
+    ``options``: removed field -> the value the code now always behaves as. ``retired``:
+    kept field -> (the value whose code path went, what that path was).
+    """
+
+    tag: str
+    commit: str
+    options: Mapping[str, Any]
+    retired: Mapping[str, tuple[Any, str]] = field(default_factory=dict)
+
+
+OPTION_REMOVAL: Final = Removal(
+    tag="pre-option-removal",
+    commit="8669a59",
+    options={
+        # Lost on the learning benchmark.
+        "no_progress_terminal": False,
+        "no_progress_penalty": 0.0,
+        "advantage_learning": 0.0,
+        "bn_momentum": ANY_VALUE,  # read only by the running average, bn_calibration_states=0 (retired)
+        "batch_renorm": False,
+        "augment_shift": 0,
+        "exploration": "epsilon",
+        "ez_mu": ANY_VALUE,  # read only by exploration="ez"
+        "ez_max_steps": ANY_VALUE,  # read only by exploration="ez"
+        "prev_action_input": False,
+        "frontier_point_episodes": 1,
+        "batch_norm": True,
+        # Never measured: now fixed values, each a constant where the code uses it.
+        "grad_accum": 1,
+        "steadiness_probe_states": 1024,
+        "steadiness_batchings": 4,
+        "weights_check_steps": 200,
+        "model_update_frequency": 1,
+        "priority_beta_start": 0.4,
+        "priority_beta_frames": 2_000_000,
+        "adam_eps": 1.5e-4,
+        "eval_final_timeout_s": 600.0,
+        "keep_checkpoints": 3,
+        "reset_shrink": 0.8,
+        # A measurement's cadence, never a learning setting: the steadiness probe now measures
+        # at the target-copy cadence (target_sync_updates, 2,000 by default, as it always ran).
+        "steadiness_interval_updates": ANY_VALUE,
+    },
+    retired={"bn_calibration_states": (0, "the running-average BatchNorm of bn_momentum")},
+)
+
+# Bootstrapping from the epsilon-greedy value (Expected SARSA) gave no more flags than the
+# greedy value on either seed, and the default's quantiles cannot be combined with it.
+EXPECTED_SARSA_REMOVAL: Final = Removal(
+    tag="pre-expected-sarsa-removal",
+    commit="ce2eee8",
+    options={"bootstrap_epsilon": 0.0},
+)
+
+REMOVALS: Final = (OPTION_REMOVAL, EXPECTED_SARSA_REMOVAL)
+# Every removed field -> the value the code now always behaves as, over all removals.
+REMOVED: Final[dict[str, Any]] = {name: now for removal in REMOVALS for name, now in removal.options.items()}
+# Every retired value, over all removals.
 RETIRED: Final[dict[str, tuple[Any, str]]] = {
-    "bn_calibration_states": (0, "the running-average BatchNorm of bn_momentum"),
+    name: kept for removal in REMOVALS for name, kept in removal.retired.items()
 }
 
 
 class RemovedOptionError(ConfigError):
-    """A saved config was trained with an option (or a value) removed after ``REMOVED_TAG``."""
+    """A saved config was trained with an option (or a value) that a removal took."""
 
 
-def removed_setting(saved: Mapping[str, Any]) -> tuple[str, Any, str] | None:
-    """The first ``(name, value, what)`` of ``saved`` that the code no longer has: a removed
-    field at a value other than the one the code now behaves as, or a kept field at a
-    retired value (``what`` names the removed path, '' for a removed field). None: none."""
-    for name, now in REMOVED.items():
-        if name in saved and now is not ANY_VALUE and saved[name] != now:
-            return name, saved[name], ""
-    for name, (retired, what) in RETIRED.items():
-        if name in saved and saved[name] == retired:
-            return name, saved[name], what
+def removed_setting(saved: Mapping[str, Any]) -> tuple[str, Any, str, Removal] | None:
+    """The first ``(name, value, what, removal)`` of ``saved`` that the code no longer has: a
+    removed field at a value other than the one the code now behaves as, or a kept field at
+    a retired value (``what`` names the removed path, '' for a removed field), with the
+    removal that took it. None: none."""
+    for removal in REMOVALS:
+        for name, now in removal.options.items():
+            if name in saved and now is not ANY_VALUE and saved[name] != now:
+                return name, saved[name], "", removal
+        for name, (retired, what) in removal.retired.items():
+            if name in saved and saved[name] == retired:
+                return name, saved[name], what, removal
     return None
 
 
 def check_saved(saved: Mapping[str, Any], source: str) -> None:
     """Raise :class:`RemovedOptionError` (one line) if ``saved``, the config of ``source``
-    (e.g. ``"checkpoint runs/x/final.pt"``), needs code removed after the tag."""
+    (e.g. ``"checkpoint runs/x/final.pt"``), needs code that a removal took."""
     found = removed_setting(saved)
     if found is None:
         return
-    name, value, what = found
+    name, value, what, removal = found
     option = f"{name}={value!r}" + (f" ({what})" if what else "")
     raise RemovedOptionError(
-        f"{source} was trained with {option}, an option removed after the tag {REMOVED_TAG} "
-        f"(commit {REMOVED_COMMIT}); check out that tag to resume or evaluate it"
+        f"{source} was trained with {option}, an option removed after the tag {removal.tag} "
+        f"(commit {removal.commit}); check out that tag to resume or evaluate it"
     )

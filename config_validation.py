@@ -136,22 +136,12 @@ def validate(cfg: Any) -> None:
         ("priority_alpha", "0.5"),
         ("target_tau", "0.005"),
         ("acting_tau", "0.005"),
-        ("bootstrap_epsilon", "0.05"),
         ("eval_epsilon", "0.05"),
     ):
         if not 0.0 <= getattr(cfg, name) <= 1.0:
             problems.append(_problem(name, getattr(cfg, name), "must be in [0, 1]", f"use e.g. {example}"))
     if cfg.quantiles < 0 or cfg.quantiles == 1:
         problems.append(_problem("quantiles", cfg.quantiles, "must be 0 or >= 2", "use 0 (Q-values) or e.g. 32"))
-    elif cfg.quantiles and cfg.bootstrap_epsilon:
-        problems.append(
-            _problem(
-                "bootstrap_epsilon",
-                cfg.bootstrap_epsilon,
-                f"must be 0 with quantiles={cfg.quantiles} (it bootstraps from expected values)",
-                "set bootstrap_epsilon=0 or quantiles=0",
-            )
-        )
     if not 0.0 <= cfg.frontier_start_share < 1.0:
         problems.append(
             _problem(

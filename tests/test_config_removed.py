@@ -10,9 +10,10 @@ import pytest
 from config import FIELD_NAMES, SAVED_BEFORE, Config
 from config_removed import (
     ANY_VALUE,
+    EXPECTED_SARSA_REMOVAL,
+    OPTION_REMOVAL,
+    REMOVALS,
     REMOVED,
-    REMOVED_COMMIT,
-    REMOVED_TAG,
     RETIRED,
     RemovedOptionError,
     check_saved,
@@ -60,18 +61,23 @@ def saved(**changes: object) -> dict[str, object]:
     return {**AT_THE_TAG.to_dict(), **SAVED_AT_THE_TAG, **changes}
 
 
-def refusal(name: str, value: object, what: str = "") -> str:
+def refusal(name: str, value: object, what: str = "", tag: str = "pre-option-removal", commit: str = "8669a59") -> str:
     option = f"{name}={value!r}" + (f" ({what})" if what else "")
     return (
         f"checkpoint runs/x/final.pt was trained with {option}, an option removed after the tag "
-        f"pre-option-removal (commit 8669a59); check out that tag to resume or evaluate it"
+        f"{tag} (commit {commit}); check out that tag to resume or evaluate it"
     )
 
 
 def test_the_table_names_exactly_the_removed_fields() -> None:
-    assert REMOVED_TAG == "pre-option-removal"
-    assert REMOVED_COMMIT == "8669a59"  # the tag's commit (git rev-parse --short pre-option-removal)
-    assert set(REMOVED) == set(SAVED_AT_THE_TAG)
+    assert REMOVALS == (OPTION_REMOVAL, EXPECTED_SARSA_REMOVAL)
+    # Each tag's commit (git rev-parse --short TAG): the last one that has its options.
+    assert (OPTION_REMOVAL.tag, OPTION_REMOVAL.commit) == ("pre-option-removal", "8669a59")
+    assert (EXPECTED_SARSA_REMOVAL.tag, EXPECTED_SARSA_REMOVAL.commit) == ("pre-expected-sarsa-removal", "ce2eee8")
+    assert set(OPTION_REMOVAL.options) == set(SAVED_AT_THE_TAG)
+    assert dict(EXPECTED_SARSA_REMOVAL.options) == {"bootstrap_epsilon": 0.0}  # 0: the greedy bootstrap
+    assert {**OPTION_REMOVAL.options, **EXPECTED_SARSA_REMOVAL.options} == REMOVED
+    assert set(RETIRED) == set(OPTION_REMOVAL.retired)
     assert not set(REMOVED) & FIELD_NAMES  # none is a field any more
     assert set(RETIRED) <= FIELD_NAMES  # a retired value belongs to a field that stays
     assert not set(REMOVED) & set(SAVED_BEFORE)  # one home: a removed option's value is here only
@@ -108,6 +114,15 @@ def test_an_option_that_acted_only_through_a_refused_one_loads_at_any_value() ->
     assert cfg.bn_calibration_states == 256
     with pytest.raises(RemovedOptionError, match="exploration='ez'"):
         Config.from_dict(saved(exploration="ez", ez_mu=3.0))
+
+
+def test_a_checkpoint_of_the_greedy_bootstrap_loads_and_one_of_expected_sarsa_names_its_own_tag() -> None:
+    """Runs saved between the two removals hold bootstrap_epsilon: at 0 (every default run,
+    the agent shipped until QR-DQN included) they trained as the code does today."""
+    assert Config.from_dict(saved(bootstrap_epsilon=0.0)).to_dict() == AT_THE_TAG.to_dict()
+    with pytest.raises(RemovedOptionError) as info:
+        Config.from_dict(saved(bootstrap_epsilon=0.05), source="checkpoint runs/x/final.pt")
+    assert str(info.value) == refusal("bootstrap_epsilon", 0.05, tag="pre-expected-sarsa-removal", commit="ce2eee8")
 
 
 def test_the_running_average_batchnorm_is_refused_saved_or_implied() -> None:

@@ -5,8 +5,7 @@
 
 - :func:`double_dqn_targets`: ``ret + discount * Q_target(s', argmax_a Q_online(s', a))``
   with both networks as the caller left them (the learner puts the online one in eval
-  mode, without gradients, around it: :func:`targets`); with ``epsilon`` > 0 the
-  bootstrap is the value of the epsilon-greedy policy instead (Expected SARSA).
+  mode, without gradients, around it: :func:`targets`).
 - :func:`huber_loss`: ``sum(w * huber(Q_online(s, a), target)) / max(sum(w), 1)`` with the online
   net's forward under autocast when ``amp_dtype`` is set, and the statistics the learner
   accumulates.
@@ -31,23 +30,13 @@ def double_dqn_targets(
     next_obs: torch.Tensor,
     ret: torch.Tensor,
     discount: torch.Tensor,
-    epsilon: float = 0.0,
 ) -> torch.Tensor:
     """Double-DQN bootstrap targets (float32); no autocast: in eval mode BatchNorm is an
     affine map with a large shift, and in bf16 it cancels to errors of ~0.35 in a Q of 66,
     as large as the action gaps (docs/learning-history.md).
-
-    ``epsilon`` > 0 bootstraps from the policy that acts, not the greedy one: the online
-    net's argmax with probability ``1 - epsilon``, a uniform action otherwise, so
-    ``(1 - epsilon) Q_target(s', a*) + epsilon mean_a Q_target(s', a)``. Values learnt so
-    count the random actions an epsilon-greedy agent takes next to a pit (Q-learning's
-    greedy values do not: the cliff-walking example of Sutton and Barto).
     """
     best_action = online(next_obs).argmax(dim=1, keepdim=True)
-    next_q = target_net(next_obs)
-    bootstrap = next_q.gather(1, best_action).squeeze(1)
-    if epsilon > 0.0:
-        bootstrap = (1.0 - epsilon) * bootstrap + epsilon * next_q.mean(dim=1)
+    bootstrap = target_net(next_obs).gather(1, best_action).squeeze(1)
     return ret + discount * bootstrap
 
 

@@ -10,9 +10,7 @@ One ``Learner.update(batch)`` is one optimizer step:
        target = ret + discount * Q_target(s', a*)
 
    ``discount`` comes from the replay already holding ``gamma**k`` (0 when the n-step
-   window hit a terminal state), so the learner has no discount factor of its own. With
-   ``bootstrap_epsilon`` e > 0 the bootstrap is the epsilon-greedy value
-   ``(1 - e) Q_target(s', a*) + e mean_a Q_target(s', a)`` (Expected SARSA).
+   window hit a terminal state), so the learner has no discount factor of its own.
 3. The masked Huber loss ``sum(w * huber(Q_online(s, a), target)) / max(sum(w), 1)``.
    With ``quantiles`` N > 0 (the default, 32) steps 2 and 3 are QR-DQN's instead
    (:mod:`~pipeline.learning.quantile_loss`): N target samples from the target net's
@@ -112,8 +110,6 @@ class Learner:
             raise ValueError(f"bn_calibration_states must be >= 1 (precise BN), got {settings.bn_calibration_states}")
         if settings.target_sync_updates < 1:
             raise ValueError(f"target_sync_updates must be >= 1, got {settings.target_sync_updates}")
-        if settings.quantiles and settings.bootstrap_epsilon:
-            raise ValueError("bootstrap_epsilon > 0 bootstraps from expected values; it cannot be used with quantiles")
         self.settings = settings
         self.num_actions = num_actions
         self.device: torch.device = resolve_device(settings.device)
@@ -401,7 +397,7 @@ class Learner:
     def _targets(self, *batch: torch.Tensor) -> torch.Tensor:
         if self.settings.quantiles:
             return quantile_targets(self.online, self.target, *batch)
-        return double_dqn_targets(self.online, self.target, *batch, epsilon=self.settings.bootstrap_epsilon)
+        return double_dqn_targets(self.online, self.target, *batch)
 
     def _loss(self, *tensors: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         if self.settings.quantiles:

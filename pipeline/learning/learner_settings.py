@@ -33,7 +33,6 @@ class LearnerSettings:
     reset_interval: int = 0  # shrink-and-perturb the online net every this many updates (0 = never)
     bn_calibration_states: int = 256  # precise BN over this many replay states (>= 1)
     calibration_chunk: int = 32  # states per calibration forward: the training batch size
-    bootstrap_epsilon: float = 0.0  # bootstrap from the epsilon-greedy policy (0 = the greedy one)
     quantiles: int = 0  # QR-DQN with this many quantiles per action (0 = Q-values and the Huber loss)
     acting_tau: float = 0.0  # publish a moving average of the online weights (ActingCopy; 0 = the online net)
     compile: bool = True
@@ -54,7 +53,6 @@ class LearnerSettings:
             reset_interval=cfg.reset_interval_updates,
             bn_calibration_states=cfg.bn_calibration_states,
             calibration_chunk=cfg.batch_size,
-            bootstrap_epsilon=cfg.bootstrap_epsilon,
             quantiles=cfg.quantiles,
             acting_tau=cfg.acting_tau,
             compile=compile,

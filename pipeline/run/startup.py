@@ -108,7 +108,7 @@ def load_resume_checkpoint(cfg: Config) -> tuple[Path, Path, dict[str, Any]]:
     Raises ``CheckpointError`` for a file that is not a training checkpoint of this project
     or whose network has another shape than ``cfg``'s (action set, dueling, frame stack),
     and ``RemovedOptionError`` (a ``ConfigError``) for one trained with an option removed
-    after the tag ``pre-option-removal``.
+    since (:mod:`config_removed`).
     """
     path, root = resolve_resume(cfg.resume)
     state = load_checkpoint(path)

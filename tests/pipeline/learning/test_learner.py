@@ -126,30 +126,6 @@ def test_double_dqn_loss_matches_hand_computation() -> None:
     assert not torch.allclose(vanilla, expected)
 
 
-def test_bootstrap_epsilon_targets_the_epsilon_greedy_value() -> None:
-    """With bootstrap_epsilon e the target is ret + discount * ((1 - e) Q_target(s', a*) +
-    e mean_a Q_target(s', a)), a* the online net's argmax: checked against a hand
-    computation and against the greedy target it moves away from."""
-    epsilon = 0.25
-    learner = make_learner(bootstrap_epsilon=epsilon)
-    perturb(learner.target, seed=1)
-    batch = make_batch(size=6)
-    online_copy, target_copy = copy.deepcopy(learner.online), copy.deepcopy(learner.target)
-    with torch.no_grad():
-        best = online_copy.eval()(batch.next_obs).argmax(dim=1)
-        next_q = target_copy.eval()(batch.next_obs)
-    greedy = batch.ret + batch.discount * next_q[torch.arange(6), best]
-    expected = batch.ret + batch.discount * (
-        (1 - epsilon) * next_q[torch.arange(6), best] + epsilon * next_q.sum(dim=1) / NUM_ACTIONS
-    )
-    got = targets(learner.online, learner.step.targets, batch.next_obs, batch.ret, batch.discount)
-    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-6)
-    # Terminal transitions (discount 0) keep their return; the others move.
-    bootstrapped = batch.discount > 0
-    torch.testing.assert_close(got[~bootstrapped], batch.ret[~bootstrapped])
-    assert not torch.allclose(got[bootstrapped], greedy[bootstrapped])
-
-
 def test_update_returns_each_samples_td_error() -> None:
     """The priorities a prioritized replay gets: |target - Q(s, a)| per sample, before the step."""
     learner = make_learner()

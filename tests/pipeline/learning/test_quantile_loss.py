@@ -7,7 +7,6 @@ from __future__ import annotations
 import copy
 from dataclasses import replace
 
-import pytest
 import torch
 from torch import nn
 
@@ -121,8 +120,3 @@ def test_qr_learner_overfits_a_fixed_batch() -> None:
     assert metrics["updates"] == 40 and all(torch.isfinite(torch.tensor(v)) for v in metrics.values())
     # What the collectors play is a Q-network like any other: [B, actions].
     assert learner.published_net(batch.obs).shape == (8, NUM_ACTIONS)
-
-
-def test_qr_learner_refuses_an_epsilon_greedy_bootstrap() -> None:
-    with pytest.raises(ValueError, match="bootstrap_epsilon"):
-        make_qr_learner(bootstrap_epsilon=0.05)
