@@ -47,6 +47,11 @@ def mark_workers(bench_pid: int) -> list[int]:
     return [pid for pid, parent in members.items() if parent in children]
 
 
+def default_sigint() -> None:
+    """In the child before it starts Python: SIGINT at its default, so Python handles it."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
 def test_a_signal_to_the_bench_alone_stops_its_mark_workers_and_leaves_no_process(tmp_path: Path, sig) -> None:
@@ -56,7 +61,15 @@ def test_a_signal_to_the_bench_alone_stops_its_mark_workers_and_leaves_no_proces
     command = [sys.executable, "main.py", "bench", "--only", "learning", "--out", str(tmp_path), "--name", "v"]
     command += ["--seeds", "0", "--frames", "1000000", "--episodes", "100000", "--max-steps", "60", "--no-train"]
     bench = subprocess.Popen(
-        command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+        command,
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        # Python's own Ctrl-C handling, even where this test runs as a background job
+        # (whose children inherit SIGINT ignored, and would not see the kill -INT).
+        preexec_fn=default_sigint,
     )
     try:
         wait_until(lambda: len(mark_workers(bench.pid)) == 2, 600, "the two mark workers to start", proc=bench)
