@@ -403,6 +403,12 @@ def ignore_sigint() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
+def default_sigint() -> None:
+    """As a terminal starts a command: SIGINT at its default, so Python handles it, even
+    where the suite itself runs as a background job (whose children inherit it ignored)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("stop", ["ctrl-c", "ctrl-c-sigint-ignored", "sigterm-to-the-bench-alone"])
 def test_ctrl_c_lets_the_training_run_stop_and_save_and_ends_the_bench(tmp_path: Path, stop: str) -> None:
@@ -423,7 +429,7 @@ def test_ctrl_c_lets_the_training_run_stop_and_save_and_ends_the_bench(tmp_path:
         stderr=subprocess.PIPE,
         text=True,
         start_new_session=True,
-        preexec_fn=None if stop == "ctrl-c" else ignore_sigint,
+        preexec_fn=default_sigint if stop == "ctrl-c" else ignore_sigint,
     )
     run = tmp_path / "tiny-s0"
     try:

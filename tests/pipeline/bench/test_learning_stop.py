@@ -20,7 +20,7 @@ import pytest
 from pipeline.bench.learning import EXIT_INTERRUPTED, ROOT
 from pipeline.bench.learning_curves import EVAL_CACHE
 from tests.conftest import wait_until
-from tests.pipeline.bench.test_learning import fake_run
+from tests.pipeline.bench.test_learning import default_sigint, fake_run
 
 
 def group_members(pgid: int) -> dict[int, int]:
@@ -45,11 +45,6 @@ def mark_workers(bench_pid: int) -> list[int]:
     members = group_members(bench_pid)
     children = {pid for pid, parent in members.items() if parent == bench_pid}
     return [pid for pid, parent in members.items() if parent in children]
-
-
-def default_sigint() -> None:
-    """In the child before it starts Python: SIGINT at its default, so Python handles it."""
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 @pytest.mark.slow
