@@ -409,6 +409,20 @@ def default_sigint() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
+def start_bench(argv: list[str], *, sigint: str = "default") -> subprocess.Popen[str]:
+    """``main.py bench --only learning ARGV`` in a session (process group) of its own, with
+    SIGINT at its default (a terminal's command) or ignored (a background job)."""
+    return subprocess.Popen(
+        [sys.executable, "main.py", "bench", "--only", "learning", *argv],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        preexec_fn=default_sigint if sigint == "default" else ignore_sigint,
+    )
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("stop", ["ctrl-c", "ctrl-c-sigint-ignored", "sigterm-to-the-bench-alone"])
 def test_ctrl_c_lets_the_training_run_stop_and_save_and_ends_the_bench(tmp_path: Path, stop: str) -> None:
@@ -420,17 +434,9 @@ def test_ctrl_c_lets_the_training_run_stop_and_save_and_ends_the_bench(tmp_path:
     marks and train the next seed.) A SIGTERM to a background bench alone (``kill``)
     does the same: the bench passes it on to the run (it used to die at once, and the
     run trained on without it)."""
-    command = [sys.executable, "main.py", "bench", "--only", "learning", "--name", "tiny", "--out", str(tmp_path)]
-    command += ["--frames", "1000000", "--mark-frames", "500", "--", "--preset", "tiny"]
-    bench_proc = subprocess.Popen(
-        command,
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-        preexec_fn=default_sigint if stop == "ctrl-c" else ignore_sigint,
-    )
+    argv = ["--name", "tiny", "--out", str(tmp_path), "--frames", "1000000", "--mark-frames", "500"]
+    argv += ["--", "--preset", "tiny"]
+    bench_proc = start_bench(argv, sigint="default" if stop == "ctrl-c" else "ignored")
     run = tmp_path / "tiny-s0"
     try:
         wait_until(lambda: training_started(run), 600, "training to start", proc=bench_proc)

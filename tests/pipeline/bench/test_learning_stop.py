@@ -10,17 +10,15 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
-from pipeline.bench.learning import EXIT_INTERRUPTED, ROOT
+from pipeline.bench.learning import EXIT_INTERRUPTED
 from pipeline.bench.learning_curves import EVAL_CACHE
 from tests.conftest import wait_until
-from tests.pipeline.bench.test_learning import default_sigint, fake_run
+from tests.pipeline.bench.test_learning import fake_run, start_bench
 
 
 def group_members(pgid: int) -> dict[int, int]:
@@ -53,19 +51,11 @@ def test_a_signal_to_the_bench_alone_stops_its_mark_workers_and_leaves_no_proces
     fake_run(tmp_path / "v-s0", {500_000: None, 1_000_000: None})
     # Far more episodes than any machine plays before the signal: the marks are still
     # being played when it comes, and none is finished (cached).
-    command = [sys.executable, "main.py", "bench", "--only", "learning", "--out", str(tmp_path), "--name", "v"]
-    command += ["--seeds", "0", "--frames", "1000000", "--episodes", "100000", "--max-steps", "60", "--no-train"]
-    bench = subprocess.Popen(
-        command,
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-        # Python's own Ctrl-C handling, even where this test runs as a background job
-        # (whose children inherit SIGINT ignored, and would not see the kill -INT).
-        preexec_fn=default_sigint,
-    )
+    argv = ["--out", str(tmp_path), "--name", "v", "--seeds", "0", "--frames", "1000000"]
+    argv += ["--episodes", "100000", "--max-steps", "60", "--no-train"]
+    # SIGINT at its default, even where this test runs as a background job (whose children
+    # inherit SIGINT ignored, and would not see the kill -INT).
+    bench = start_bench(argv)
     try:
         wait_until(lambda: len(mark_workers(bench.pid)) == 2, 600, "the two mark workers to start", proc=bench)
         time.sleep(1.0)  # well into their first episodes
