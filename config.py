@@ -71,6 +71,11 @@ class Config:
     """Emulator frames per agent step (the action repeats; max over the last two frames)."""
     reward_scale: float = 0.1
     """Multiplier applied to the game's reward before it is stored."""
+    flag_bonus: float = 0.0
+    """Game units added to the reward of the step that reaches the flag (the axe on castle
+    stages), before reward_scale; 0 = off. The game's reward values the end of a stage at
+    almost nothing where it comes right after the last obstacle (1-4's Bowser): see
+    envs.wrappers.FlagBonus. Public Mario agents use +50 (docs/learning.md)."""
     no_progress_steps: int = 200
     """Truncate an episode after this many agent steps without new x progress (0 = off)."""
     jump_retrigger: bool = False
@@ -271,6 +276,7 @@ class Config:
             action_set=self.action_set,
             frame_skip=self.frame_skip,
             reward_scale=self.reward_scale if reward_scale is None else reward_scale,
+            flag_bonus=self.flag_bonus,
             no_progress_steps=self.no_progress_steps,
             jump_retrigger=self.jump_retrigger,
             max_episode_steps=self.max_episode_steps,
@@ -290,6 +296,7 @@ SAVED_BEFORE: dict[str, Any] = {
     "bn_calibration_states": 0,
     "acting_tau": 0.0,
     "quantiles": 0,
+    "flag_bonus": 0.0,
 }
 FIELD_TYPES: dict[str, str] = {f.name: str(f.type) for f in fields(Config)}
 

@@ -163,6 +163,8 @@ def validate(cfg: Any) -> None:
         )
     if not cfg.reward_scale > 0 or cfg.reward_scale == float("inf"):
         problems.append(_problem("reward_scale", cfg.reward_scale, "must be a finite number > 0", "use e.g. 0.1"))
+    if not 0 <= cfg.flag_bonus < float("inf"):
+        problems.append(_problem("flag_bonus", cfg.flag_bonus, "must be a finite number >= 0", "use 0 (off) or 50"))
     from envs import ACTION_SET_NAMES, DEFAULT_ACTION_SET, EnvIdError, StagesError, check_stages, validate_env_id
 
     if cfg.action_set not in ACTION_SET_NAMES:

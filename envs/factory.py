@@ -21,6 +21,7 @@ from envs.mario import MarioEnv
 from envs.stages import check_stages, stage_name
 from envs.wrappers import (
     ActionSet,
+    FlagBonus,
     Grayscale,
     JumpRetrigger,
     MaxAndSkip,
@@ -67,6 +68,7 @@ def make_env(
     action_set: str = DEFAULT_ACTION_SET,
     frame_skip: int = 4,
     reward_scale: float = 1.0,
+    flag_bonus: float = 0.0,
     no_progress_steps: int = 0,
     jump_retrigger: bool = False,
     max_episode_steps: int | None = 0,
@@ -76,21 +78,24 @@ def make_env(
 ) -> gymnasium.Env:
     """Build the environment for ``env_id``.
 
-    Mario: ``MarioEnv [-> JumpRetrigger] -> ActionSet -> MaxAndSkip -> Grayscale -> Resize(84, 84) ->
-    RewardScale -> NoProgressTruncation -> TimeLimit``, observations ``(84, 84)``
+    Mario: ``MarioEnv [-> JumpRetrigger] -> ActionSet -> MaxAndSkip -> Grayscale -> Resize(84, 84)
+    [-> FlagBonus] -> RewardScale -> NoProgressTruncation -> TimeLimit``, observations ``(84, 84)``
     uint8. With ``preprocess=False`` only ``ActionSet -> MaxAndSkip`` are applied
     (``(240, 256, 3)`` RGB observations, e.g. for video). Either way the latest raw
     colour frame is ``env.unwrapped.last_rgb``.
 
     Catch (``Catch-v0``): already renders ``(84, 84)`` uint8 with 3 actions, so
     ``action_set``, ``frame_skip``, ``no_progress_steps`` and ``preprocess`` do not
-    apply; ``reward_scale`` and ``max_episode_steps`` do.
+    apply; ``reward_scale``, ``flag_bonus`` and ``max_episode_steps`` do.
 
     Args:
         env_id: see :data:`envs.ENV_ID_HELP`.
         action_set: "right_jump", "right_only", "simple" or "complex".
         frame_skip: emulator frames per agent step (1 = no skipping).
         reward_scale: factor applied to every reward (> 0).
+        flag_bonus: added to the reward of the step that reaches the flag (the axe on
+            castle stages), in game units, before ``reward_scale``; 0 disables
+            (:class:`envs.wrappers.FlagBonus`).
         no_progress_steps: truncate after this many agent steps without a new
             maximum x position; 0 disables.
         jump_retrigger: Mario only; holding A jumps again on landing
@@ -117,6 +122,8 @@ def make_env(
     no_progress_steps = _check_int("no_progress_steps", no_progress_steps, 0)
     max_episode_steps = _check_int("max_episode_steps", max_episode_steps or 0, 0)
     reward_scale = _check_positive("reward_scale", reward_scale)
+    if not isinstance(flag_bonus, numbers.Real) or not math.isfinite(flag_bonus) or flag_bonus < 0:
+        raise ValueError(f"flag_bonus must be a finite number >= 0 (0 disables), got {flag_bonus!r}")
 
     env: gymnasium.Env
     if spec.kind == "catch":
@@ -131,6 +138,8 @@ def make_env(
         if preprocess:
             env = Resize(Grayscale(env), OBS_SIZE, OBS_SIZE)
     if preprocess or spec.kind == "catch":
+        if flag_bonus:
+            env = FlagBonus(env, flag_bonus)
         if reward_scale != 1.0:
             env = RewardScale(env, reward_scale)
         if no_progress_steps and spec.kind != "catch":

@@ -73,6 +73,8 @@ def test_describe_lists_every_field_with_its_source():
         ({"gamma": 1.5}, "gamma", "(0, 1]"),
         ({"acting_tau": -0.1}, "acting_tau", "[0, 1]"),
         ({"quantiles": 1}, "quantiles", "must be 0 or >= 2"),
+        ({"flag_bonus": -50.0}, "flag_bonus", "finite number >= 0"),
+        ({"flag_bonus": float("inf")}, "flag_bonus", "use 0 (off) or 50"),
         ({"action_set": "everything"}, "action_set", "right_only"),
         ({"learning_rate": float("nan")}, "learning_rate", "float"),
         ({"num_processes": True}, "num_processes", "int"),

@@ -1,16 +1,20 @@
-"""Tests for envs.wrappers on the real emulator, against values computed here."""
+"""Tests for envs.wrappers on the real emulator (and one scripted env), against values computed here."""
 
 from __future__ import annotations
 
 import math
 
+import gymnasium
 import numpy as np
 import pytest
+from gymnasium import spaces
 
-from envs.actions import action_bytes
+import envs
+from envs.actions import action_bytes, button_lists
 from envs.mario import MarioEnv
 from envs.wrappers import (
     ActionSet,
+    FlagBonus,
     Grayscale,
     JumpRetrigger,
     MaxAndSkip,
@@ -194,6 +198,65 @@ def test_reward_scale_multiplies_the_reward() -> None:
         RewardScale(plain, 0.0)
     scaled.close()
     plain.close()
+
+
+class _ScriptedFlags(gymnasium.Env[np.ndarray, int]):
+    """Reward t+1 at step t and the scripted ``flag_get``: the bonus rule, by hand."""
+
+    observation_space = spaces.Box(0, 255, (1,), np.uint8)
+    action_space = spaces.Discrete(1)
+
+    def __init__(self, flags: list[bool]) -> None:
+        self.flags = flags
+        self.t = 0
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[np.ndarray, dict]:
+        self.t = 0
+        return np.zeros(1, np.uint8), {"flag_get": False}
+
+    def step(self, action: int) -> tuple[np.ndarray, float, bool, bool, dict]:
+        self.t += 1
+        return np.zeros(1, np.uint8), float(self.t), False, False, {"flag_get": self.flags[self.t - 1]}
+
+
+def test_flag_bonus_is_paid_once_on_each_rise_of_the_flag() -> None:
+    # The full game keeps flag_get true through the flagpole animation and clears it on
+    # the next stage: steps 3 and 6 reach a flag, step 4 is still on the first one.
+    env = FlagBonus(_ScriptedFlags([False, False, True, True, False, True]), 50.0)
+    env.reset()
+    assert [env.step(0)[1] for _ in range(6)] == [1.0, 2.0, 53.0, 4.0, 5.0, 56.0]
+    env.reset()
+    assert [env.step(0)[1] for _ in range(3)] == [1.0, 2.0, 53.0]
+    for bad in (-1.0, float("nan")):
+        with pytest.raises(ValueError, match="flag bonus"):
+            FlagBonus(env.env, bad)
+
+
+def test_flag_bonus_reaches_the_agent_scaled_on_the_emulator_s_last_step_of_1_1() -> None:
+    from config import Config
+
+    # Holding A jumps again on landing, so a constant right+A finishes 1-1 (as in
+    # test_make_env); with a bonus of 50 game units and the run's scale of 0.1 the
+    # flag's step pays 5 more and every other step the same.
+    right_a = button_lists("simple").index(["right", "A"])
+    runs = {}
+    for bonus in (0.0, 50.0):
+        cfg = Config(action_set="simple", jump_retrigger=True, no_progress_steps=50, flag_bonus=bonus)
+        env = envs.make_env("SuperMarioBros-1-1-v0", **cfg.env_kwargs())
+        env.reset()
+        rewards = []
+        for _ in range(1000):
+            _, reward, terminated, truncated, info = env.step(right_a)
+            rewards.append(reward)
+            if terminated or truncated:
+                break
+        env.close()
+        assert info["flag_get"] and terminated
+        runs[bonus] = rewards
+    plain, paid = runs[0.0], runs[50.0]
+    assert len(plain) == len(paid) > 100
+    assert paid[:-1] == plain[:-1]
+    assert paid[-1] == pytest.approx(plain[-1] + 5.0)
 
 
 def test_no_progress_truncates_after_exactly_max_steps_standing_still() -> None:
