@@ -192,7 +192,16 @@ class Config:
     version and learner shape (cached), and the fastest is used; bf16 is slower than fp32 on
     CPUs without native bf16, and compile does not pay everywhere."""
     learner_threads: int = 0
-    """Torch intra-op threads of the learner (0 = cores left after the collectors, >= 1)."""
+    """Torch intra-op threads of the learner (0 = cores left after the collectors, >= 1): the
+    fewest it runs with."""
+    learner_threads_max: int = 0
+    """The most intra-op threads the learner takes while the collectors wait for it (0 = every
+    core; learner_threads or fewer = a fixed count). See pipeline/run/thread_handover.py."""
+    collector_niceness: int = 15
+    """Levels of CPU priority (nice) the collectors run below the learner, 0-19: the learner,
+    the run's bottleneck whenever they wait for it, gets a core the moment it wants one. At 5
+    the learner still lost a tenth of its core to two busy processes and its second thread
+    gained nothing; at 15 it ran as on a quiet machine (pipeline/common/priority.py)."""
 
     # --- run control -------------------------------------------------------------------
     total_frames: int = 0
@@ -358,6 +367,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         amp="off",
         device="cpu",
         learner_threads=1,
+        learner_threads_max=1,
         # A publish every 20 updates, every 160 frames as 10 of batch 32 were: at every 10,
         # publishing (calibrating 64 states) took 12 % of the learner's time. Seeds 0-7
         # read 4.6-5.0 of 5 at 5k frames either way (seven of them 5.0 at 20, five at 10).

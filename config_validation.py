@@ -100,6 +100,8 @@ def validate(cfg: Any) -> None:
         "total_frames",
         "seed",
         "learner_threads",
+        "learner_threads_max",
+        "collector_niceness",
         "mark_interval_frames",
         "eval_interval_frames",
         "reset_interval_updates",
@@ -107,6 +109,10 @@ def validate(cfg: Any) -> None:
         "eval_max_lag_frames",
     ):
         non_negative(name)
+    if cfg.collector_niceness > 19:
+        problems.append(
+            _problem("collector_niceness", cfg.collector_niceness, "must be 0-19", "use 15 (the default) or 0")
+        )
     # Precise BN is the only BatchNorm path: the running average (0) was removed.
     positive("bn_calibration_states", "use 1024 (replay states the BatchNorm statistics are estimated over)")
     for name in (

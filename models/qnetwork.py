@@ -135,15 +135,22 @@ class QNetwork(nn.Module):
             raise ValueError("quantile_values needs a network built with quantiles > 0")
         return self._heads(obs)
 
-    def _heads(self, obs: torch.Tensor) -> torch.Tensor:
-        """The output layers' values ``[B, num_actions, max(quantiles, 1)]`` in fp32."""
+    def trunk(self, obs: torch.Tensor) -> torch.Tensor:
+        """The convolutional trunk's features ``[B, 3136]``: every BatchNorm layer of the
+        network, and nothing after the last one. A re-estimate of the statistics runs this
+        much and no more (:func:`~pipeline.learning.batchnorm_stats.recalibrate`): the fc
+        layer and the heads are a fifth of a forward's arithmetic and change no statistic."""
         # Scaling happens here, on whatever device the network lives on, so callers can
         # ship compact uint8 tensors. Under autocast the convs still run in low precision.
         # Out-of-place division: a float input must not be modified under the caller.
         x = obs.float() / 255.0
         if self.channels_last:
             x = x.contiguous(memory_format=torch.channels_last)
-        h = self.fc(self.features(x))
+        return self.features(x)
+
+    def _heads(self, obs: torch.Tensor) -> torch.Tensor:
+        """The output layers' values ``[B, num_actions, max(quantiles, 1)]`` in fp32."""
+        h = self.fc(self.trunk(obs))
         # The output layers run in fp32 even under autocast: Q-values are tens (66 on 1-1 at
         # 1.5M frames) while the gaps between actions that decide the greedy action are
         # tenths, and bf16's 8-bit mantissa rounds to 0.25 between 32 and 64. In bf16 a third

@@ -15,6 +15,11 @@ from pipeline.run.monitor.keys import LEARNER_PHASES
 TARGET_EFFICIENCY = 0.90
 TARGET_RECORDS_PER_S = 50_000.0
 TARGET_CONFIGURED_SPEEDUP = 1.0  # the learner in use is at least as fast as eager fp32
+# The update's GEMM-bound arithmetic at 60 % of what the same threads do on a large product.
+TARGET_LEARNER_EFFICIENCY = 0.6
+# A run at 60 % of the machine's floor (the emulator's and the learner's arithmetic's cost at
+# their measured speeds, spread over every core).
+TARGET_FLOOR_SHARE = 0.6
 TARGET_SOAK_RATIO = 0.95
 TARGET_RATIO_TOLERANCE = 0.05
 TARGET_RSS_GROWTH_PCT = 5.0
@@ -128,6 +133,22 @@ FIGURES: dict[str, dict[str, FigureSpec]] = {
             f"{v}_warmup_s": _spec(f"{v.replace('_', '+')} warm-up s", "{:.1f}", "compile (if any) + 3 warm-up updates")
             for v in ("eager", "eager_amp", "compiled", "compiled_amp")
         },
+        "update_gflop": _spec("GFLOP per update", "{:.2f}", "counted (convolutions and matrix products)"),
+        "fp32_peak_gflop_per_s": _spec("fp32 GEMM peak GFLOP/s", "{:,.0f}", "1024x1024 product, same threads"),
+        "bf16_peak_gflop_per_s": _spec("bf16 GEMM peak GFLOP/s", "{:,.0f}", "1024x1024 product, same threads"),
+        "fp16_peak_gflop_per_s": _spec("fp16 GEMM peak GFLOP/s", "{:,.0f}", "1024x1024 product, same threads"),
+        **{
+            f"{v}_efficiency": _spec(
+                f"{v.replace('_', '+')} efficiency", "{:.2f}", "updates/s x GFLOP / the GEMM peak of its precision"
+            )
+            for v in ("eager", "eager_amp", "compiled", "compiled_amp")
+        },
+        "efficiency": _spec(
+            "efficiency in use",
+            "{:.2f}",
+            "the variant in use: its GFLOP/s over its precision's GEMM peak",
+            (">=", TARGET_LEARNER_EFFICIENCY),
+        ),
         "compiled_speedup": _spec("compiled / eager", "{:.2f}", "updates/s ratio, fp32"),
         "amp_speedup": _spec("eager+AMP / eager", "{:.2f}", "updates/s ratio, no compile"),
         "compiled_amp_speedup": _spec("compiled+AMP / eager", "{:.2f}", "updates/s ratio"),

@@ -101,6 +101,8 @@ class TrainingParts(SuiteBase):
         result.figures.update({"threads": float(spec["threads"]), "batch_size": float(cfg.batch_size)})
         result.figures.update({k: v for k, v in out.items() if k in FIGURES["learner"]})
         result.figures["configured_speedup"] = out[f"{in_use}_updates_per_s"] / out["eager_updates_per_s"]
+        if f"{in_use}_efficiency" in out:
+            result.figures["efficiency"] = out[f"{in_use}_efficiency"]
         if self.options.changed_config is not None:
             result.figures["changed_ratio"] = out[f"{CHANGED}_updates_per_s"] / out[f"{in_use}_updates_per_s"]
             result.details["changed_settings"] = list(self.options.learner_set)

@@ -78,10 +78,15 @@ def recalibrate(net: nn.Module, chunks: Iterable[torch.Tensor]) -> int:
     every eval-mode output is shifted by. The layers' momenta and the network's mode are
     restored afterwards. Returns the
     number of states seen (0 leaves the statistics as they were).
+
+    A network with a ``trunk`` method (:meth:`models.QNetwork.trunk`: every BatchNorm
+    layer and nothing after the last one) runs only that: the same statistics for a fifth
+    less arithmetic. Any other network runs whole.
     """
     layers = batch_norm_layers(net)
     if not layers:
         return 0
+    forward = getattr(net, "trunk", net)
     was_training = net.training
     momenta = [layer.momentum for layer in layers]
     started = False
@@ -95,7 +100,7 @@ def recalibrate(net: nn.Module, chunks: Iterable[torch.Tensor]) -> int:
                     layer.momentum = None
                 net.train()
             with torch.autocast(device_type=obs.device.type, enabled=False):
-                net(obs)
+                forward(obs)
             seen += int(obs.shape[0])
     finally:
         for layer, momentum in zip(layers, momenta):

@@ -194,18 +194,28 @@ class Learner:
         Returns the seconds spent.
         """
         start = time.perf_counter()
-        saved = self._snapshot()
-        cpu_rng = torch.get_rng_state()
         batch = random_batch(self.num_actions, self.settings.frame_stack, batch_size)
-        for _ in range(WARMUP_UPDATES):
-            self.update(batch)
-        self._restore(saved)
-        torch.set_rng_state(cpu_rng)
+        with self.undone():
+            for _ in range(WARMUP_UPDATES):
+                self.update(batch)
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)  # so the returned time includes the GPU work
         elapsed = time.perf_counter() - start
         logger.info("learner warmup: %.1f s, compiled=%s, amp_dtype=%s", elapsed, self.compiled, self.amp_dtype)
         return elapsed
+
+    @contextlib.contextmanager
+    def undone(self) -> Iterator[None]:
+        """Updates run inside are undone on the way out: weights and BatchNorm buffers,
+        optimizer and scaler state, the update counter, pending metrics and the global
+        torch RNG are put back exactly (a warm-up, a measurement)."""
+        saved = self._snapshot()
+        cpu_rng = torch.get_rng_state()
+        try:
+            yield
+        finally:
+            self._restore(saved)
+            torch.set_rng_state(cpu_rng)
 
     def pop_metrics(self) -> dict[str, float]:
         """Means since the last pop: loss, |TD error|, Q of taken actions, grad norm.

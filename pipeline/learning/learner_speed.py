@@ -15,7 +15,6 @@ price of a learning option in learner time is a ratio measured side by side.
 
 from __future__ import annotations
 
-import os
 import signal
 import time
 from collections.abc import Callable
@@ -23,6 +22,7 @@ from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING, Any
 
 from pipeline.common.child import ChildExited, ChildTimeout, run_in_child
+from pipeline.common.cores import learner_thread_range
 
 if TYPE_CHECKING:  # torch and the replay are imported in the child only
     import torch
@@ -44,8 +44,8 @@ LEARNER_START_ALLOWANCE_S = 900.0
 
 
 def training_threads(cfg: Config) -> int:
-    """The learner's intra-op threads in training: the setting, or the cores the collectors leave it."""
-    return cfg.learner_threads or max(1, (os.cpu_count() or 1) - cfg.num_processes)
+    """The learner's intra-op threads at the start of training (the fewest it runs with)."""
+    return learner_thread_range(cfg.learner_threads, cfg.learner_threads_max, cfg.num_processes)[0]
 
 
 def learner_spec(
@@ -198,6 +198,7 @@ def _measure_learners(spec: dict[str, Any]) -> dict[str, float]:
         rate = updates[name] / elapsed[name]
         out[f"{name}_updates_per_s"] = rate
         out[f"{name}_samples_per_s"] = rate * batch_size
+    out.update(_efficiencies(learners, batches[0], out, device))
     eager = out.get("eager_updates_per_s")
     if eager:
         for name, key in (
@@ -208,6 +209,40 @@ def _measure_learners(spec: dict[str, Any]) -> dict[str, float]:
             if f"{name}_updates_per_s" in out:
                 out[key] = out[f"{name}_updates_per_s"] / eager
     return out
+
+
+def _efficiencies(
+    learners: dict[str, Any], batch: Any, rates: dict[str, float], device: torch.device
+) -> dict[str, float]:
+    """The FLOPs of one update, the GEMM peak of each precision timed, and each learner's
+    efficiency: its updates/s x FLOPs over the peak of the precision it runs in.
+
+    The FLOPs are counted on an eager learner (the same arithmetic as the compiled one,
+    whose fused kernels the counter cannot see); the peaks are timed here, after the
+    rounds, at the same threads.
+    """
+    import torch
+
+    from pipeline.learning.learner_floor import gemm_peak_flops, update_flops
+
+    # The changed learner is another network or loss: its arithmetic is not the others'.
+    same = {name: learner for name, learner in learners.items() if name != CHANGED}
+    eager = next((learner for learner in same.values() if not learner.compiled), None)
+    if eager is None:
+        return {}
+    out = {"update_gflop": update_flops(eager, batch) / 1e9}
+    peaks: dict[torch.dtype, float] = {}
+    for name, learner in same.items():
+        dtype = learner.amp_dtype or torch.float32
+        if dtype not in peaks:
+            peaks[dtype] = gemm_peak_flops(dtype, device=device) / 1e9
+            out[f"{_DTYPE_NAMES[str(dtype)]}_peak_gflop_per_s"] = peaks[dtype]
+        out[f"{name}_efficiency"] = rates[f"{name}_updates_per_s"] * out["update_gflop"] / peaks[dtype]
+    return out
+
+
+# How the figures name a precision.
+_DTYPE_NAMES = {"torch.float32": "fp32", "torch.bfloat16": "bf16", "torch.float16": "fp16"}
 
 
 def time_batch_sizes(spec: dict[str, Any], batch_sizes: list[int]) -> dict[int, float]:

@@ -44,6 +44,7 @@ import numpy as np
 
 from config import Config
 from pipeline.common.child import ParentWatch
+from pipeline.common.priority import yield_to_learner
 from pipeline.learning.exploration import epsilon_greedy
 from pipeline.learning.frontier import EpisodeTrace, FrontierArchive, stage_signature
 from pipeline.run.env_stream import EnvStream
@@ -139,6 +140,7 @@ class Collector:
         self.torch = torch
         self.args = args
         self.cfg = args.config
+        yield_to_learner(self.cfg.collector_niceness)  # the learner gets a core the moment it wants one
         self.logger = logger
         self._make_env = make_env
         self._preprocess_ns = preprocess_ns

@@ -117,13 +117,15 @@ def learning_gauges(metrics: Mapping[str, float], episodes: Sequence[EpisodeSumm
 
 def process_gauges(collectors: Sequence[Mapping[str, float]], device: torch.device) -> dict[str, float]:
     """CPU and memory of the collectors (summed over their rows) and of this learner
-    process, and the GPU's when the learner runs on one."""
+    process (and its intra-op threads), and the GPU's when the learner runs on one."""
     learner = process_stats(os.getpid())
     gauges = {
         "collectors_rss_mb": float(sum(c["rss_mb"] for c in collectors)),
         "collectors_cpu_pct": float(sum(c["cpu_pct"] for c in collectors)),
         "learner_cpu_pct": learner["cpu_pct"],
         "learner_rss_mb": learner["rss_mb"],
+        # What the thread hand-over (pipeline.run.thread_handover) gives the learner now.
+        "learner_threads": float(torch.get_num_threads()),
     }
     if device.type == "cuda":
         gauges["gpu_mem_mb"] = torch.cuda.memory_allocated(device) / 2**20

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import time
 from collections.abc import Coroutine
 from dataclasses import dataclass
@@ -32,6 +31,7 @@ import torch
 import envs
 from config import SAVED_BEFORE, Config
 from config_resolution import resolve_config
+from pipeline.common.cores import learner_thread_range
 from pipeline.common.errors import UserError
 from pipeline.learning.checkpoint import CHECKPOINT_PATTERN, CheckpointError, check_compatible, load_checkpoint
 from pipeline.learning.flat_state import state_numel
@@ -221,9 +221,9 @@ def changed_on_resume(cfg: Config, saved: dict[str, Any]) -> list[str]:
 
 
 def seed_and_threads(cfg: Config) -> None:
-    """Seed torch and numpy, and give the learner the cores the collectors leave (at least one)."""
-    threads = cfg.learner_threads or max(1, (os.cpu_count() or 1) - cfg.num_processes)
-    torch.set_num_threads(threads)
+    """Seed torch and numpy, and start the learner at the fewest threads it runs with (the
+    thread hand-over may add more while the collectors wait for it)."""
+    torch.set_num_threads(learner_thread_range(cfg.learner_threads, cfg.learner_threads_max, cfg.num_processes)[0])
     torch.manual_seed(cfg.seed)
     np.random.seed(cfg.seed)
 

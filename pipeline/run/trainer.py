@@ -74,6 +74,7 @@ from pipeline.run.snapshots import (
     snapshot_counters,
 )
 from pipeline.run.startup import TrainingError, run_event_loop, save_replay
+from pipeline.run.thread_handover import HandoverWatch
 from pipeline.run.write_failures import WriteFailures, short_reason
 
 logger = logging.getLogger("mario.trainer")
@@ -255,12 +256,17 @@ class Trainer:
     async def _monitor(self) -> None:
         assert self.stop_event is not None
         res = self.resources
+        # A CPU learner training beside local collectors takes threads while they stall.
+        local_cpu = self.train_enabled and res.device.type == "cpu" and res.collection is None
+        handover = HandoverWatch.for_run(self.cfg, res.num_collectors) if local_cpu else None
         while not self.stop_event.is_set():
             try:
                 await asyncio.wait_for(self.stop_event.wait(), timeout=self.cfg.monitor_interval_s)
             except asyncio.TimeoutError:
                 pass
             snapshot = self.snapshot()
+            if handover is not None:
+                handover.observe(snapshot.time, snapshot.counters)
             running = not self.stop_event.is_set()
             if running and self.on_snapshot is not None:
                 self.on_snapshot(snapshot, self)

@@ -10,8 +10,13 @@ from dataclasses import replace
 import torch
 from torch import nn
 
-from models import build_qnetwork
-from pipeline.learning.batchnorm_stats import freeze_running_statistics, preserved_statistics, recalibrate
+from models import QNetwork, build_qnetwork
+from pipeline.learning.batchnorm_stats import (
+    batch_norm_layers,
+    freeze_running_statistics,
+    preserved_statistics,
+    recalibrate,
+)
 from pipeline.learning.flat_state import StateLoader, flatten_state
 from pipeline.learning.learner import Learner
 from pipeline.learning.learner_settings import LearnerSettings
@@ -259,3 +264,29 @@ def test_a_target_copy_without_states_copies_the_statistics_as_they_are() -> Non
     assert learner.calibrated_at == 0 and learner.updates == 4
     for key, value in learner.target.state_dict().items():
         assert torch.equal(value, learner.online.state_dict()[key]), key
+
+
+def test_a_qnetwork_is_recalibrated_through_its_trunk_to_the_statistics_of_whole_forwards() -> None:
+    """QNetwork.trunk runs every BatchNorm layer and nothing after the last one: the
+    re-estimate through it equals the one by whole-network forwards (the old computation),
+    for the training layout (channels_last) and the acting one."""
+    gen = torch.Generator().manual_seed(3)
+    states = torch.randint(0, 256, (96, 4, 84, 84), dtype=torch.uint8, generator=gen)
+    for channels_last in (True, False):
+        torch.manual_seed(0)
+        net = QNetwork(NUM_ACTIONS, 4, True, quantiles=8, channels_last=channels_last)
+        whole = QNetwork(NUM_ACTIONS, 4, True, quantiles=8, channels_last=channels_last)
+        whole.load_state_dict(net.state_dict())
+        layers = batch_norm_layers(whole)
+        with torch.no_grad():  # the old way: momentum None, train-mode forwards of the whole net
+            for layer in layers:
+                layer.reset_running_stats()
+                layer.momentum = None
+            whole.train()
+            for chunk in states.split(32):
+                whole(chunk)
+        assert recalibrate(net, states.split(32)) == 96
+        for got, expected in zip(batch_norm_layers(net), layers):
+            torch.testing.assert_close(got.running_mean, expected.running_mean, rtol=1e-5, atol=1e-6)
+            torch.testing.assert_close(got.running_var, expected.running_var, rtol=1e-5, atol=1e-6)
+            assert int(got.num_batches_tracked) == int(expected.num_batches_tracked) == 3

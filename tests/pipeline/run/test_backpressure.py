@@ -1,7 +1,9 @@
-"""Back-pressure is never a hang: a real collector held back by a full ring stays alive and visibly stalled."""
+"""Back-pressure is never a hang: a real collector held back by a full ring stays alive and
+visibly stalled, at its CPU priority below the learner's."""
 
 from __future__ import annotations
 
+import os
 import time
 
 from config import Config
@@ -58,6 +60,9 @@ def check_the_stall_shows(cfg: Config, ring: R.TransitionRing, supervisor: S.Sup
 
     assert supervisor.restarts == 0, supervisor.events
     assert supervisor.states[0].process is process and process.is_alive()
+    # The collector yields its core to the learner: collector_niceness below this process.
+    assert cfg.collector_niceness == 15
+    assert os.getpriority(os.PRIO_PROCESS, process.pid) == min(19, os.getpriority(os.PRIO_PROCESS, 0) + 15)
     assert other.transitions.pending() == cfg.ring_capacity  # still held back the whole time
     # The stall is counted while it lasts: it grew through the wait, not only at its end.
     assert readings[-1] - stall_at_full >= 0.8 * held_s * 1e9
