@@ -185,6 +185,19 @@ FIGURES: dict[str, dict[str, FigureSpec]] = {
             f"{name}_pct": _spec(f"collector {name} %", "{:.1f}", meaning + ", mean per collector")
             for name, meaning in PHASE_MEANING.items()
         },
+        "collector_cpu_ms_per_frame": _spec(
+            "collector CPU ms/frame", "{:.2f}", "collectors' CPU per frame in the run (emulate, preprocess, act)"
+        ),
+        "core_peak_gflop_per_s": _spec("core GEMM peak GFLOP/s", "{:,.0f}", "one thread, the run's precision"),
+        "learner_ms_per_frame_at_peak": _spec(
+            "learner ms/frame at peak", "{:.2f}", "counted update FLOPs x updates per frame / the core's peak"
+        ),
+        "floor_frames_per_s": _spec(
+            "floor frames/s", "{:,.0f}", "every core busy with only those two: cores / (collector + learner) per frame"
+        ),
+        "floor_share": _spec(
+            "frames/s / floor", "{:.2f}", "the run's frames/s as a share of the floor", (">=", TARGET_FLOOR_SHARE)
+        ),
     },
     "startup": {
         "compile_s": _spec("compile + warm-up s", "{:.1f}", "before the collectors start"),

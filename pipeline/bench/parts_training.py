@@ -19,6 +19,7 @@ from pipeline.bench.soak import soak_details, soak_figures
 from pipeline.bench.suite_base import PartResult, SuiteBase, log
 from pipeline.bench.trainer_run import TRAINER_START_ALLOWANCE_S, run_trainer, window_figures
 from pipeline.common.child import ChildError
+from pipeline.common.cores import usable_cores
 from pipeline.common.gauges import (
     EVAL_CPU_S_TOTAL,
     EVAL_WALL_S_TOTAL,
@@ -29,7 +30,7 @@ from pipeline.common.gauges import (
     EVALUATOR_STEPS,
 )
 from pipeline.learning.learner_choice import choose_learner
-from pipeline.learning.learner_speed import CHANGED, LEARNER_VARIANTS, learner_spec, time_learners
+from pipeline.learning.learner_speed import CHANGED, LEARNER_VARIANTS, learner_spec, time_floor, time_learners
 from pipeline.run.monitor.keys import LEARNER_PHASES
 
 EVALUATOR_BACK_TO_BACK_FRAMES = 1  # eval_interval_frames of the evaluator part's middle run
@@ -190,10 +191,41 @@ class TrainingParts(SuiteBase):
             f[f"learner_{name}_pct"] = w[f"learner_{name}_pct"]
         for name in PHASE_MEANING:
             f[f"{name}_pct"] = w[f"{name}_pct"]
+        f.update(self._floor(run))
         result.details.update(
             {k: run[k] for k in ("learning_starts", "batch_size", "compiled", "amp_dtype", "collectors")}
         )
         result.details["window_s"] = w["window_s"]
+
+    def _floor(self, run: dict[str, Any]) -> dict[str, float]:
+        """The machine's floor for the training run and the run's share of it (a CPU learner).
+
+        The floor is the frames/s of every core kept busy with only the work a frame cannot
+        do without: the collectors' CPU per frame as the run measured it (emulation,
+        preprocessing, acting), and the learner's FLOPs per frame (one update's, counted,
+        times the run's updates per frame) at one core's GEMM peak in the run's precision,
+        both measured here: ``cores / (collector s + learner s)`` per frame.
+        """
+        from pipeline.learning.learner_device import resolve_device
+
+        w = run["window"]
+        device = resolve_device(self.cfg.device)
+        if device.type != "cpu" or w["frames_per_s"] <= 0 or w["collectors_cpu_pct"] <= 0:
+            return {}
+        precision = {"torch.bfloat16": "bf16", "torch.float16": "fp16"}.get(str(run["amp_dtype"]), "fp32")
+        spec = learner_spec(self.cfg, device, variants=[], rounds=1, seconds_per_variant=0.0)
+        core = time_floor(spec, precision)
+        collector_s = w["collectors_cpu_pct"] / 100.0 / w["frames_per_s"]
+        updates_per_frame = w["updates_per_s"] / w["frames_per_s"]
+        learner_s = core["update_gflop"] * updates_per_frame / core["core_peak_gflop_per_s"]
+        floor = usable_cores() / (collector_s + learner_s)
+        return {
+            "collector_cpu_ms_per_frame": 1000.0 * collector_s,
+            "core_peak_gflop_per_s": core["core_peak_gflop_per_s"],
+            "learner_ms_per_frame_at_peak": 1000.0 * learner_s,
+            "floor_frames_per_s": floor,
+            "floor_share": w["frames_per_s"] / floor,
+        }
 
     def part_startup(self, result: PartResult) -> None:
         run = self._train_run()
