@@ -142,10 +142,12 @@ class QNetwork(nn.Module):
         layer and the heads are a fifth of a forward's arithmetic and change no statistic."""
         # Scaling happens here, on whatever device the network lives on, so callers can
         # ship compact uint8 tensors. Under autocast the convs still run in low precision.
-        # Out-of-place division: a float input must not be modified under the caller.
-        x = obs.float() / 255.0
+        # The layout changes on the uint8 frames (a quarter of the bytes), and a uint8
+        # tensor divided by a float is that float32 quotient in one pass (the values of
+        # .float() / 255 exactly). Out-of-place: a float input must not change under the caller.
         if self.channels_last:
-            x = x.contiguous(memory_format=torch.channels_last)
+            obs = obs.contiguous(memory_format=torch.channels_last)
+        x = obs / 255.0 if obs.dtype == torch.uint8 else obs.float() / 255.0
         return self.features(x)
 
     def _heads(self, obs: torch.Tensor) -> torch.Tensor:

@@ -37,6 +37,21 @@ def test_uint8_input_is_scaled_inside_forward() -> None:
     assert torch.equal(as_float, before)
 
 
+@pytest.mark.parametrize("channels_last", [False, True])
+def test_the_scaled_input_is_bit_for_bit_the_float_quotient(channels_last: bool) -> None:
+    """uint8 / 255.0 in one pass (after the layout change on the uint8 frames) is exactly
+    .float() / 255 in the default layout, the computation it replaced: the trunk's
+    features are equal bit for bit."""
+    torch.manual_seed(0)
+    net = QNetwork(5, channels_last=channels_last).eval()
+    obs = _obs(batch=3)
+    old_input = obs.float() / 255.0
+    if channels_last:
+        old_input = old_input.contiguous(memory_format=torch.channels_last)
+    with torch.no_grad():
+        assert torch.equal(net.trunk(obs), net.features(old_input))
+
+
 @pytest.mark.parametrize("train", [False, True])
 def test_channels_last_is_only_a_layout_change(train: bool) -> None:
     torch.manual_seed(0)
