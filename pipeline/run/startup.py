@@ -202,6 +202,8 @@ RUN_ONLY_FIELDS = frozenset(
         "compile",
         "amp",
         "learner_threads",
+        "learner_threads_max",
+        "collector_niceness",
     }
 )
 

@@ -15,8 +15,9 @@ Then it balances collection against learning at the configured replay ratio ``R`
 agent step costs a collector ``skip / f`` CPU-seconds, and needs ``R / B`` learner
 updates of ``1 / u(B)`` seconds each, so one core-second of the machine yields
 ``1 / (skip / f + R / (B u(B)))`` agent steps. The batch size with the most steps per
-core-second is chosen, and the cores are split between collectors and learner in the
-same proportion as their work. The preset's batch size is kept unless another costs
+core-second is chosen, and the fewest collectors that keep the machine busy at that
+balance are started; the learner starts on the cores they leave (at least one) and takes
+more while they stall (:mod:`pipeline.run.thread_handover`). The preset's batch size is kept unless another costs
 at least 10 % less per sample (the batch size changes learning, not only speed). The
 same balance at replay ratios 4, 8 and 16 gives the frames/s each would run at: the
 wall-time cost of more updates per frame on this machine. The result (measurements and
@@ -155,10 +156,11 @@ def plan(cfg: Config, frames_per_s: float, updates_per_s: dict[int, float], core
     total = step_cost + learn_cost(batch)
 
     def steps_per_s(collectors: int) -> float:
-        # Bounded by the collectors, by the learner (on the cores they leave, at least one,
-        # time-shared when there are none), and by the whole machine's CPU.
-        threads = max(1, cores - collectors)
-        return min(collectors / step_cost, threads / learn_cost(batch), cores / total)
+        # Bounded by the collectors, by the learner, and by the whole machine's CPU. The
+        # learner may use every core: the collectors run below its priority and it takes
+        # their cores' threads while they stall (pipeline.run.thread_handover), so only
+        # the machine's CPU bounds it, not the cores the collectors leave.
+        return min(collectors / step_cost, cores / learn_cost(batch), cores / total)
 
     best = max(steps_per_s(p) for p in range(1, cores + 1))
     collectors = next(p for p in range(1, cores + 1) if steps_per_s(p) >= best * 0.999)  # fewest that reach it
