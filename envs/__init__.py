@@ -1,4 +1,4 @@
-"""Environments for the DQN: Super Mario Bros (via the legacy emulator) and Catch.
+"""Environments for the DQN: Super Mario Bros (gym-super-mario-bros 9 on nes-py 9) and Catch.
 
 Public API::
 
@@ -12,8 +12,8 @@ Public API::
     STAGE_ENDS, along(stage, x_pos)  # where World 1's stages end, how far along an x_pos is
     EnvIdError, ENV_IDS, ENV_ID_HELP, ACTION_SET_NAMES
 
-Importing this package is cheap and silent: the legacy gym-based packages are only
-imported (quietly, see :mod:`envs.legacy`) when a Mario env or action set is needed.
+Importing this package is cheap: the emulator packages are imported only when a Mario
+env or action set is needed.
 """
 
 from envs.actions import ACTION_SET_NAMES, DEFAULT_ACTION_SET

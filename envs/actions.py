@@ -4,13 +4,11 @@ The button lists are the ones ``gym_super_mario_bros.actions`` ships (RIGHT_ONLY
 SIMPLE_MOVEMENT, COMPLEX_MOVEMENT), plus ``right_jump``: the two actions (right,
 right+A) the PyTorch Mario tutorial and DI-engine's Mario DQN train with. The emulator takes one byte per frame in which
 each bit is a controller button; the bit layout below is the NES controller's (the
-same table ``nes_py.wrappers.JoypadSpace`` uses, rebuilt here because JoypadSpace is
-a legacy-gym wrapper and its table is private).
+same table ``nes_py.wrappers.JoypadSpace`` uses, rebuilt here because the table is
+private to that wrapper and the project's wrappers map actions themselves).
 """
 
 from __future__ import annotations
-
-from envs.legacy import load_legacy
 
 ACTION_SET_NAMES: tuple[str, ...] = ("right_jump", "right_only", "simple", "complex")
 DEFAULT_ACTION_SET = "right_only"
@@ -45,12 +43,14 @@ def validate_action_set(name: str) -> None:
 def button_lists(name: str) -> list[list[str]]:
     """Return the package's button lists for an action set (index = discrete action)."""
     validate_action_set(name)
-    legacy = load_legacy()
+    # Imported here, not at the top: Catch-only processes never load the emulator package.
+    from gym_super_mario_bros import actions
+
     table = {
         "right_jump": RIGHT_JUMP,
-        "right_only": legacy.right_only,
-        "simple": legacy.simple_movement,
-        "complex": legacy.complex_movement,
+        "right_only": actions.RIGHT_ONLY,
+        "simple": actions.SIMPLE_MOVEMENT,
+        "complex": actions.COMPLEX_MOVEMENT,
     }
     # Copies, so callers cannot edit the package's module-level lists.
     return [list(buttons) for buttons in table[name]]

@@ -1,11 +1,12 @@
 """Environment ids: parsing, validation and the list of accepted ids.
 
-The Mario ids replicate the naming that ``gym_super_mario_bros/_registration.py``
-registers with legacy gym (the version suffix ``v0..v3`` selects the ROM hack
-vanilla / downsample / pixel / rectangle), but they are parsed here instead of going
-through ``gym.make``: the legacy registry pulls in gym's env checker, which breaks on
-these environments, and parsing needs no emulator (so ids can be validated cheaply in
-any process, e.g. a CLI before it spawns workers).
+The Mario ids are the ones ``gym_super_mario_bros/_registration.py`` registers (``-v0``,
+the vanilla ROM, the only one the package ships), plus ``SuperMarioBrosRandomStages-v0``,
+which this project builds over fixed-stage emulators. They are parsed here instead of
+going through ``gymnasium.make``: parsing needs no emulator, so ids can be validated
+cheaply in any process, e.g. a CLI before it spawns workers. The ``-v1..-v3`` ids of
+gym-super-mario-bros 7 (the downsample, pixel and rectangle ROM hacks) are refused with
+one line: the maintained package no longer ships those ROMs.
 
 ``Catch-v0`` is the synthetic test game from :mod:`envs.catch`.
 """
@@ -16,10 +17,9 @@ import re
 from dataclasses import dataclass
 from typing import Literal
 
-# ROM hack for each version suffix, in the package's own order (v0, v1, v2, v3).
-ROM_MODES: tuple[str, ...] = ("vanilla", "downsample", "pixel", "rectangle")
-# Lost Levels only ships the vanilla and downsample ROMs.
-LOST_LEVELS_ROM_MODES: tuple[str, ...] = ("vanilla", "downsample")
+# The ROM hacks gym-super-mario-bros 7 selected with the version suffix v1..v3; version 9
+# ships only the vanilla ROM (v0).
+REMOVED_ROM_MODES: dict[int, str] = {1: "downsample", 2: "pixel", 3: "rectangle"}
 WORLDS = range(1, 9)
 STAGES = range(1, 5)
 
@@ -39,7 +39,6 @@ class EnvSpec:
     Attributes:
         env_id: the id as given.
         kind: which constructor builds it.
-        rom_mode: ROM hack for Mario ids (None for Catch).
         lost_levels: True for Super Mario Bros. 2 (Lost Levels).
         target: (world, stage) for a single-stage env; None for the full game,
             random stages and Catch.
@@ -47,7 +46,6 @@ class EnvSpec:
 
     env_id: str
     kind: EnvKind
-    rom_mode: str | None = None
     lost_levels: bool = False
     target: tuple[int, int] | None = None
 
@@ -60,17 +58,18 @@ _STAGE_RE = re.compile(rf"SuperMarioBros-{_NUM}-{_NUM}-v{_NUM}")
 _GAME_RE = re.compile(rf"(SuperMarioBros|SuperMarioBros2|SuperMarioBrosRandomStages)-v{_NUM}")
 
 
-def _rom_mode(env_id: str, version: str, modes: tuple[str, ...]) -> str:
-    """Map a version suffix to its ROM mode, or raise naming the allowed suffixes."""
+def _check_version(env_id: str, version: str) -> None:
+    """Accept ``v0``; refuse any other suffix in one line naming why and the id to use."""
     index = int(version)
-    if index >= len(modes):
-        allowed = ", ".join(f"v{i}" for i in range(len(modes)))
+    if index == 0:
+        return
+    fix = f"use e.g. {env_id[: -len(version)]}0"
+    if index in REMOVED_ROM_MODES:
         raise EnvIdError(
-            f"unknown env id {env_id!r}: version v{version} does not exist for this game; "
-            f"versions are {allowed} (ROM modes {', '.join(modes)}); "
-            f"use e.g. {env_id[: -len(version)]}0"
+            f"unknown env id {env_id!r}: v{version} selected the {REMOVED_ROM_MODES[index]} ROM hack, which "
+            f"gym-super-mario-bros 9 no longer ships; {fix} (the vanilla ROM)"
         )
-    return modes[index]
+    raise EnvIdError(f"unknown env id {env_id!r}: version v{version} does not exist; {fix}")
 
 
 def parse_env_id(env_id: str) -> EnvSpec:
@@ -93,18 +92,17 @@ def parse_env_id(env_id: str) -> EnvSpec:
                 f"unknown env id {env_id!r}: world must be 1-8 and stage 1-4 "
                 f"(got world {world}, stage {stage}); {_EXAMPLES}"
             )
-        rom_mode = _rom_mode(env_id, version, ROM_MODES)
-        return EnvSpec(env_id=env_id, kind="mario", rom_mode=rom_mode, target=(int(world), int(stage)))
+        _check_version(env_id, version)
+        return EnvSpec(env_id=env_id, kind="mario", target=(int(world), int(stage)))
 
     game_match = _GAME_RE.fullmatch(env_id)
     if game_match is not None:
         game, version = game_match.groups()
+        _check_version(env_id, version)
         if game == "SuperMarioBros2":
-            rom_mode = _rom_mode(env_id, version, LOST_LEVELS_ROM_MODES)
-            return EnvSpec(env_id=env_id, kind="mario", rom_mode=rom_mode, lost_levels=True)
-        rom_mode = _rom_mode(env_id, version, ROM_MODES)
+            return EnvSpec(env_id=env_id, kind="mario", lost_levels=True)
         kind: EnvKind = "mario_random_stages" if game == "SuperMarioBrosRandomStages" else "mario"
-        return EnvSpec(env_id=env_id, kind=kind, rom_mode=rom_mode)
+        return EnvSpec(env_id=env_id, kind=kind)
 
     raise EnvIdError(f"unknown env id {env_id!r}: not a Super Mario Bros or Catch id; {_EXAMPLES}")
 
@@ -116,12 +114,8 @@ def validate_env_id(env_id: str) -> None:
 
 def _all_env_ids() -> tuple[str, ...]:
     """Enumerate every accepted id (mirrors the package's registration loops)."""
-    ids: list[str] = [f"SuperMarioBros-v{v}" for v in range(len(ROM_MODES))]
-    ids += [f"SuperMarioBrosRandomStages-v{v}" for v in range(len(ROM_MODES))]
-    ids += [f"SuperMarioBros2-v{v}" for v in range(len(LOST_LEVELS_ROM_MODES))]
-    ids += [
-        f"SuperMarioBros-{world}-{stage}-v{v}" for v in range(len(ROM_MODES)) for world in WORLDS for stage in STAGES
-    ]
+    ids: list[str] = ["SuperMarioBros-v0", "SuperMarioBrosRandomStages-v0", "SuperMarioBros2-v0"]
+    ids += [f"SuperMarioBros-{world}-{stage}-v0" for world in WORLDS for stage in STAGES]
     ids.append(CATCH_ID)
     return tuple(ids)
 
@@ -130,11 +124,10 @@ ENV_IDS: tuple[str, ...] = _all_env_ids()
 
 ENV_ID_HELP: str = (
     "Environment ids:\n"
-    "  SuperMarioBros-<world>-<stage>-v<n>  one stage, world 1-8, stage 1-4 "
+    "  SuperMarioBros-<world>-<stage>-v0  one stage, world 1-8, stage 1-4 "
     "(episode ends when Mario dies or gets the flag)\n"
-    "  SuperMarioBros-v<n>                  the full game (episode ends at game over)\n"
-    "  SuperMarioBrosRandomStages-v<n>      a random stage each episode\n"
-    "  SuperMarioBros2-v<0|1>               Super Mario Bros. 2 (Lost Levels), full game\n"
-    "  where v0..v3 select the ROM: vanilla, downsample, pixel, rectangle\n"
-    f"  {CATCH_ID}                             synthetic 84x84 Catch game (3 actions) for fast checks"
+    "  SuperMarioBros-v0                  the full game (episode ends at game over)\n"
+    "  SuperMarioBrosRandomStages-v0      a random stage each episode\n"
+    "  SuperMarioBros2-v0                 Super Mario Bros. 2 (Lost Levels), full game\n"
+    f"  {CATCH_ID}                           synthetic 84x84 Catch game (3 actions) for fast checks"
 )

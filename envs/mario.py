@@ -1,24 +1,26 @@
-"""Gymnasium adapter around the legacy Super Mario Bros emulator env.
+"""Gymnasium adapter around gym-super-mario-bros's emulator env, with the project's task.
 
 :class:`MarioEnv` builds ``gym_super_mario_bros.smb_env.SuperMarioBrosEnv`` directly
-(never ``gym.make``, whose legacy env checker breaks on it) in ``__init__``, i.e. in the
-process that will step it: the emulator is a C++ object behind ctypes pointers and must
-never be pickled, so worker processes construct their own env.
+(not through ``gymnasium.make``, whose TimeLimit and order wrappers it does not need) in
+``__init__``, i.e. in the process that will step it: the emulator is a native object that
+cannot be pickled, so worker processes construct their own env.
 
 The adapter speaks the gymnasium API: ``reset(seed=, options=) -> (obs, info)`` and
 ``step(byte) -> (obs, reward, terminated, truncated, info)``. The action is the raw NES
 controller byte (0-255); :class:`envs.wrappers.ActionSet` maps discrete actions onto it.
+The reward is the project's (:mod:`envs.task_reward`), not the package's.
 
-Legacy behaviour worth knowing:
+Emulator behaviour worth knowing:
 
-* the emulator's ``screen`` is a strided *view* of the emulator's frame buffer that the
-  next frame overwrites, so every observation is copied out here;
+* the emulator's ``screen`` is a strided *view* of its frame buffer that the next frame
+  overwrites, so every kept observation is copied out here (by the emulator's native
+  contiguous copy, about 13 % cheaper than ``np.array`` of the view);
 * ``reset`` restores a snapshot taken after the start screen, so a fixed stage replays
-  identically from the same actions; the legacy ``seed`` only seeds an RNG the
-  emulator never uses. Only random stages consume randomness (the stage choice);
-* ``done`` covers every game-terminal event (life lost in a stage env, game over in a
-  full-game env, flag, time up), so it maps to ``terminated`` and ``truncated`` is
-  always False here (time/progress limits are wrappers).
+  identically from the same actions; the ``seed`` only seeds an RNG the emulator never
+  uses. Only random stages consume randomness (the stage choice);
+* ``terminated`` covers every game-terminal event (life lost in a stage env, game over in
+  a full-game env, flag, time up), and ``truncated`` is always False here (time and
+  progress limits are wrappers).
 """
 
 from __future__ import annotations
@@ -31,8 +33,8 @@ import numpy as np
 from gymnasium import spaces
 
 from envs.ids import STAGES, WORLDS, EnvIdError, parse_env_id
-from envs.legacy import load_legacy
 from envs.stages import parse_stage
+from envs.task_reward import TaskReward
 
 FRAME_SHAPE: tuple[int, int, int] = (240, 256, 3)
 
@@ -40,14 +42,25 @@ FRAME_SHAPE: tuple[int, int, int] = (240, 256, 3)
 # standing on solid ground, 1 jumping, 2 falling off a ledge, 3 on the flagpole.
 PLAYER_FLOAT_STATE = 0x001D
 
+# The info keys an env reports (of the ~40 the emulator builds): what the wrappers, the
+# episode summaries and the evaluator read.
+INFO_KEYS: tuple[str, ...] = (
+    "coins",
+    "flag_get",
+    "life",
+    "score",
+    "stage",
+    "status",
+    "time",
+    "world",
+    "x_pos",
+    "y_pos",
+)
 
-def _plain_info(info: dict[str, Any]) -> dict[str, Any]:
-    """Turn NumPy scalars read from emulator RAM into Python scalars.
 
-    Values like ``life`` are ``np.uint8``; downstream code sums, compares, logs and
-    JSON-encodes them, where uint8 wraps around or fails to serialise.
-    """
-    return {key: value.item() if isinstance(value, np.generic) else value for key, value in info.items()}
+def _task_info(info: dict[str, Any]) -> dict[str, Any]:
+    """The :data:`INFO_KEYS` of the emulator's info, as Python scalars."""
+    return {key: info[key].item() if isinstance(info[key], np.generic) else info[key] for key in INFO_KEYS}
 
 
 class MarioEnv(gymnasium.Env[np.ndarray, int]):
@@ -78,7 +91,7 @@ class MarioEnv(gymnasium.Env[np.ndarray, int]):
         Args:
             env_id: a Mario id (see :data:`envs.ids.ENV_ID_HELP`).
             stages: random-stages ids only: sample from these "world-stage" strings
-                instead of all 32 stages (as the legacy env's ``stages`` argument).
+                instead of all 32 stages.
             render_mode: None or "rgb_array" (returns :attr:`last_rgb`).
         """
         spec = parse_env_id(env_id)
@@ -93,12 +106,16 @@ class MarioEnv(gymnasium.Env[np.ndarray, int]):
         self.observation_space = spaces.Box(low=0, high=255, shape=FRAME_SHAPE, dtype=np.uint8)
         self.action_space = spaces.Discrete(256)
         self._spec = spec
-        self._smb_class = load_legacy().SuperMarioBrosEnv
+        # Imported here, not at the top: Catch-only processes never load the emulator.
+        from gym_super_mario_bros.smb_env import SuperMarioBrosEnv
+
+        self._smb_class = SuperMarioBrosEnv
+        self._reward = TaskReward()
         self._random_stages = spec.kind == "mario_random_stages"
         self._stages = [parse_stage(s) for s in stages] if stages is not None else None
         # Emulators by target. A random-stages env builds each stage's emulator on first
-        # use instead of all 32 up front as the legacy SuperMarioBrosRandomStagesEnv does
-        # (about 8 s of start-screen skipping per env, per worker).
+        # use instead of all 32 up front (about 8 s of start-screen skipping per env, per
+        # worker).
         self._emulators: dict[tuple[int, int] | None, Any] = {}
         self._emulator: Any = None
         # Random stages draw their target at each reset.
@@ -111,15 +128,13 @@ class MarioEnv(gymnasium.Env[np.ndarray, int]):
         self.skip_frame_copy = False
 
     def _build(self, target: tuple[int, int] | None) -> Any:
-        """Return the (cached) legacy emulator env for a target stage."""
+        """Return the (cached) emulator env for a target stage."""
         if target not in self._emulators:
-            self._emulators[target] = self._smb_class(
-                rom_mode=self._spec.rom_mode, lost_levels=self._spec.lost_levels, target=target
-            )
+            self._emulators[target] = self._smb_class(lost_levels=self._spec.lost_levels, target=target)
         return self._emulators[target]
 
     def _sample_stage(self, options: dict[str, Any] | None) -> tuple[int, int]:
-        """Pick the next random stage (``options["stages"]`` overrides, as in the legacy env)."""
+        """Pick the next random stage (``options["stages"]`` overrides the env's list)."""
         stages = self._stages
         if options is not None and options.get("stages"):
             stages = [parse_stage(s) for s in options["stages"]]
@@ -144,10 +159,11 @@ class MarioEnv(gymnasium.Env[np.ndarray, int]):
         if self._random_stages:
             self._current_target = self._sample_stage(options)
             self._emulator = self._build(self._current_target)
-        screen = self._emulator.reset()
-        self.last_rgb = np.array(screen)  # copy: the screen view changes on the next frame
-        # The legacy reset returns no info; its own info builder reads the same RAM fields.
-        return self.last_rgb, _plain_info(self._emulator._get_info())
+        _, info = self._emulator.reset()
+        self._reward.reset(info)
+        # A copy: the screen view changes on the next frame.
+        self.last_rgb = self._emulator.observation("rgb_array_contiguous")
+        return self.last_rgb, _task_info(info)
 
     def step(self, action: int) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
         """Run one NES frame with controller byte ``action``."""
@@ -155,14 +171,15 @@ class MarioEnv(gymnasium.Env[np.ndarray, int]):
             raise ValueError(f"action must be an NES controller byte 0-255, got {action!r}")
         if self._emulator is None:
             raise RuntimeError("MarioEnv is closed")
-        screen, reward, done, info = self._emulator.step(int(action))
-        if self.skip_frame_copy and not done:
+        screen, _, terminated, _, info = self._emulator.step(int(action))
+        reward = self._reward.step(info)
+        if self.skip_frame_copy and not terminated:
             # The caller discards this frame's pixels (frame skip keeps only the last two
             # frames): return the emulator's view, valid until the next step, and save a
-            # strided 180 KB copy (about 13% of the env's time).
-            return screen, float(reward), False, False, _plain_info(info)
-        self.last_rgb = np.array(screen)
-        return self.last_rgb, float(reward), bool(done), False, _plain_info(info)
+            # 180 KB copy.
+            return screen, reward, False, False, _task_info(info)
+        self.last_rgb = self._emulator.observation("rgb_array_contiguous")
+        return self.last_rgb, reward, bool(terminated), False, _task_info(info)
 
     @property
     def on_ground(self) -> bool:

@@ -38,7 +38,7 @@ class StagesError(ValueError):
 
 
 def stage_name(stage: Stage) -> str:
-    """``(1, 2)`` -> ``"1-2"``, the legacy env's spelling."""
+    """``(1, 2)`` -> ``"1-2"``, the package's spelling."""
     return f"{stage[0]}-{stage[1]}"
 
 
@@ -96,7 +96,7 @@ def check_stages(env_id: str, text: str) -> tuple[Stage, ...]:
 
 def stage_env_id(env_id: str, stage: Stage) -> str:
     """The fixed-stage id of ``stage`` with the ROM version of ``env_id``
-    ("SuperMarioBrosRandomStages-v1", (1, 2) -> "SuperMarioBros-1-2-v1")."""
+    ("SuperMarioBrosRandomStages-v0", (1, 2) -> "SuperMarioBros-1-2-v0")."""
     version = env_id.rsplit("-v", 1)[1]
     return f"SuperMarioBros-{stage_name(stage)}-v{version}"
 

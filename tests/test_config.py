@@ -122,7 +122,7 @@ def test_frontier_starts_are_accepted_on_a_fixed_stage_and_the_full_game():
 
 
 def test_a_stage_list_is_accepted_with_random_stages_and_reaches_the_env_settings():
-    overrides = {"env_id": "SuperMarioBrosRandomStages-v1", "stages": "1-1, 1-2,1-3,1-4"}
+    overrides = {"env_id": "SuperMarioBrosRandomStages-v0", "stages": "1-1, 1-2,1-3,1-4"}
     cfg = resolve_config(overrides, preset="cpu", knobs={}).config
     assert cfg.env_kwargs()["stages"] == "1-1, 1-2,1-3,1-4"
     assert resolve_config({}, preset="cpu", knobs={}).config.env_kwargs()["stages"] == ""

@@ -5,18 +5,16 @@ from __future__ import annotations
 import pytest
 
 from envs.actions import ACTION_SET_NAMES, action_bytes, button_lists, buttons_to_byte, validate_action_set
-from envs.legacy import load_legacy
 
 
 def _joypad_bytes(buttons: list[list[str]]) -> list[int]:
-    """Let nes_py's legacy JoypadSpace compute the controller bytes of a button list."""
-    load_legacy()
-    import gym
+    """Let nes_py's JoypadSpace compute the controller bytes of a button list."""
+    import gymnasium
     from nes_py.wrappers import JoypadSpace
 
-    class _Stub(gym.Env):
-        action_space = gym.spaces.Discrete(256)
-        observation_space = gym.spaces.Discrete(1)
+    class _Stub(gymnasium.Env):
+        action_space = gymnasium.spaces.Discrete(256)
+        observation_space = gymnasium.spaces.Discrete(1)
 
     joypad = JoypadSpace(_Stub(), buttons)
     return [joypad._action_map[i] for i in range(len(buttons))]
@@ -27,7 +25,6 @@ def _joypad_bytes(buttons: list[list[str]]) -> list[int]:
     [("right_only", "RIGHT_ONLY"), ("simple", "SIMPLE_MOVEMENT"), ("complex", "COMPLEX_MOVEMENT")],
 )
 def test_action_bytes_match_nes_py_joypad(name: str, package_list: str) -> None:
-    load_legacy()
     from gym_super_mario_bros import actions
 
     expected_buttons = getattr(actions, package_list)

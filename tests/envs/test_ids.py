@@ -5,37 +5,51 @@ from __future__ import annotations
 import pytest
 
 from envs.ids import CATCH_ID, ENV_ID_HELP, ENV_IDS, EnvIdError, parse_env_id, validate_env_id
-from envs.legacy import load_legacy
 
 
-def _legacy_registrations() -> dict[str, tuple[str, dict]]:
-    """Map every id gym_super_mario_bros registers with legacy gym to (entry point, kwargs)."""
-    load_legacy()  # registers the ids, quietly
-    import gym
+def _registrations() -> dict[str, dict]:
+    """The kwargs of every Super Mario Bros 1 id (SMB1 and Lost Levels, the dashed
+    spelling) that gym_super_mario_bros registers with gymnasium."""
+    import gym_super_mario_bros  # noqa: F401  (registers the ids)
+    import gymnasium
 
     return {
-        env_id: (spec.entry_point, dict(spec.kwargs))
-        for env_id, spec in gym.envs.registry.items()
-        if isinstance(spec.entry_point, str) and spec.entry_point.startswith("gym_super_mario_bros")
+        env_id: dict(spec.kwargs)
+        for env_id, spec in gymnasium.envs.registry.items()
+        if spec.entry_point == "gym_super_mario_bros:SuperMarioBrosEnv"
+        and (env_id.startswith("SuperMarioBros-") or env_id == "SuperMarioBros2-v0")
     }
 
 
-def test_env_ids_are_exactly_the_package_ids_plus_catch() -> None:
-    registered = set(_legacy_registrations())
-    assert len(registered) == 4 + 4 + 2 + 4 * 8 * 4
-    assert set(ENV_IDS) == registered | {CATCH_ID}
+def test_env_ids_are_the_package_ids_plus_random_stages_and_catch() -> None:
+    registered = set(_registrations())
+    assert len(registered) == 2 + 8 * 4
+    assert set(ENV_IDS) == registered | {"SuperMarioBrosRandomStages-v0", CATCH_ID}
     assert len(ENV_IDS) == len(set(ENV_IDS))
 
 
 def test_parser_matches_package_registration_kwargs() -> None:
-    for env_id, (entry_point, kwargs) in _legacy_registrations().items():
+    for env_id, kwargs in _registrations().items():
         spec = parse_env_id(env_id)
-        assert spec.rom_mode == kwargs["rom_mode"], env_id
         assert spec.target == kwargs.get("target"), env_id
         assert spec.lost_levels == kwargs.get("lost_levels", False), env_id
-        is_random = entry_point.endswith("SuperMarioBrosRandomStagesEnv")
-        assert (spec.kind == "mario_random_stages") == is_random, env_id
-        assert spec.kind != "catch"
+        assert spec.kind == "mario", env_id
+
+
+@pytest.mark.parametrize(
+    ("env_id", "rom"),
+    [
+        ("SuperMarioBros-1-1-v1", "downsample"),
+        ("SuperMarioBros-v2", "pixel"),
+        ("SuperMarioBrosRandomStages-v3", "rectangle"),
+    ],
+)
+def test_ids_of_the_rom_hacks_the_package_dropped_are_refused_in_one_line(env_id: str, rom: str) -> None:
+    with pytest.raises(EnvIdError) as excinfo:
+        validate_env_id(env_id)
+    message = str(excinfo.value)
+    assert "\n" not in message and rom in message and "no longer ships" in message
+    assert f"use e.g. {env_id[:-1]}0" in message
 
 
 def test_catch_id() -> None:
@@ -49,7 +63,7 @@ def test_catch_id() -> None:
         ("SuperMarioBros-0-1-v0", "world must be 1-8"),
         ("SuperMarioBros-1-5-v0", "stage 1-4"),
         ("SuperMarioBros-1-1-v9", "version v9"),
-        ("SuperMarioBros2-v2", "version v2"),
+        ("SuperMarioBros2-v4", "version v4"),
         ("SuperMarioBros-v4", "version v4"),
         ("Foo-v0", "not a Super Mario Bros or Catch id"),
         ("SuperMarioBros-01-1-v0", "not a Super Mario Bros or Catch id"),

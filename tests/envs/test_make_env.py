@@ -12,7 +12,6 @@ import pytest
 
 import envs
 from envs.actions import button_lists
-from envs.legacy import load_legacy
 from pipeline.common.child import process_context
 
 
@@ -117,7 +116,6 @@ def test_time_limit_truncates() -> None:
     [("right_only", "RIGHT_ONLY"), ("simple", "SIMPLE_MOVEMENT"), ("complex", "COMPLEX_MOVEMENT")],
 )
 def test_num_actions_matches_the_package_lists_and_the_built_env(action_set: str, package_list: str) -> None:
-    load_legacy()
     from gym_super_mario_bros import actions
 
     expected = len(getattr(actions, package_list))
@@ -128,7 +126,6 @@ def test_num_actions_matches_the_package_lists_and_the_built_env(action_set: str
 
 
 def test_num_actions_builds_no_emulator(monkeypatch: pytest.MonkeyPatch) -> None:
-    load_legacy()
     from nes_py import nes_env
 
     def refuse(*_args: object, **_kwargs: object) -> None:

@@ -9,7 +9,7 @@ import pytest
 from gymnasium.utils.env_checker import check_env
 
 from envs.ids import EnvIdError
-from envs.mario import MarioEnv
+from envs.mario import INFO_KEYS, MarioEnv
 
 MARIO_INFO_KEYS = {"x_pos", "y_pos", "flag_get", "world", "stage", "life", "score", "time", "coins", "status"}
 RIGHT = 0b10000000
@@ -93,26 +93,27 @@ def test_reward_is_x_progress_plus_clock_and_death_terminates() -> None:
         assert reward == dx + clock
         previous = info
     assert terminated, "running right in 1-1 must lose a life to the first goomba"
-    assert reward < 0  # the death penalty (clipped to the legacy reward range)
+    assert reward == -15.0  # the death penalty, -25 clipped to the reward range
     with pytest.raises(ValueError):
-        env.step(RIGHT)  # the legacy env refuses to step past done
+        env.step(RIGHT)  # the emulator refuses to step past the end
     env.reset()
     env.step(RIGHT)  # ...and a reset makes it usable again
     env.close()
 
 
-def test_rom_modes_and_games_build_and_differ() -> None:
+def test_the_games_build_and_lost_levels_is_another_rom() -> None:
     frames = {}
-    env_ids = ("SuperMarioBros-1-1-v0", "SuperMarioBros-1-1-v3", "SuperMarioBros-v0", "SuperMarioBros2-v0")
-    for env_id in env_ids:
+    for env_id in ("SuperMarioBros-1-1-v0", "SuperMarioBros-v0", "SuperMarioBros2-v0"):
         env = MarioEnv(env_id)
         obs, info = env.reset()
-        assert obs.shape == (240, 256, 3)
+        assert obs.shape == (240, 256, 3) and obs.flags.c_contiguous
         assert (info["world"], info["stage"]) == (1, 1)
+        assert set(info) == set(INFO_KEYS)
         frames[env_id] = obs
         env.close()
-    # The rectangle ROM hack draws a visibly different screen from the vanilla ROM.
-    assert not np.array_equal(frames["SuperMarioBros-1-1-v0"], frames["SuperMarioBros-1-1-v3"])
+    # The full game starts where 1-1 does; Lost Levels' 1-1 is drawn differently.
+    assert np.array_equal(frames["SuperMarioBros-1-1-v0"], frames["SuperMarioBros-v0"])
+    assert not np.array_equal(frames["SuperMarioBros-1-1-v0"], frames["SuperMarioBros2-v0"])
 
 
 def test_stage_id_starts_in_its_stage() -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 
 import envs
-from envs.legacy import load_legacy
 from envs.stages import (
     STAGE_ENDS,
     StagesError,
@@ -48,7 +47,7 @@ def test_a_bad_stage_list_is_refused_with_the_rule_and_the_fix(text: str, rule: 
 
 
 def test_a_stage_list_needs_a_random_stages_id() -> None:
-    assert check_stages("SuperMarioBrosRandomStages-v2", "1-3") == ((1, 3),)
+    assert check_stages("SuperMarioBrosRandomStages-v0", "1-3") == ((1, 3),)
     assert check_stages("SuperMarioBros-1-1-v0", "") == ()
     for env_id in ("SuperMarioBros-1-1-v0", "SuperMarioBros-v0", "Catch-v0"):
         with pytest.raises(StagesError, match="only applies to SuperMarioBrosRandomStages"):
@@ -58,13 +57,13 @@ def test_a_stage_list_needs_a_random_stages_id() -> None:
 
 
 def test_evaluation_covers_every_listed_stage_with_its_fixed_id() -> None:
-    assert stage_env_id("SuperMarioBrosRandomStages-v1", (1, 2)) == "SuperMarioBros-1-2-v1"
+    assert stage_env_id("SuperMarioBrosRandomStages-v0", (1, 2)) == "SuperMarioBros-1-2-v0"
     assert evaluation_stages("SuperMarioBrosRandomStages-v0", "1-3,1-1") == [
         ("1-3", "SuperMarioBros-1-3-v0"),
         ("1-1", "SuperMarioBros-1-1-v0"),
     ]
-    every = evaluation_stages("SuperMarioBrosRandomStages-v3")
-    assert len(every) == 32 and every[0] == ("1-1", "SuperMarioBros-1-1-v3") and every[-1][0] == "8-4"
+    every = evaluation_stages("SuperMarioBrosRandomStages-v0")
+    assert len(every) == 32 and every[0] == ("1-1", "SuperMarioBros-1-1-v0") and every[-1][0] == "8-4"
     assert evaluation_stages("SuperMarioBros-1-4-v0") == [("1-4", "SuperMarioBros-1-4-v0")]
     assert evaluation_stages("SuperMarioBros-v0") == [("", "SuperMarioBros-v0")]
     assert evaluation_stages("Catch-v0") == [("", "Catch-v0")]
@@ -89,10 +88,11 @@ def _area_objects(stage: int) -> list[tuple[int, int]]:
     """(x, type) of the row-13 special objects of 1-``stage``'s area data in the ROM
     (flagpole 0x41, axe 0x42), read at the pointer the game keeps in RAM 0xE7/0xE8."""
     import gym_super_mario_bros._roms as roms
+    from gym_super_mario_bros.smb_env import SuperMarioBrosEnv
 
-    with open(roms.rom_path(False, "vanilla"), "rb") as handle:
+    with open(roms.smb1_rom_path(), "rb") as handle:
         rom = handle.read()
-    env = load_legacy().SuperMarioBrosEnv(rom_mode="vanilla", target=(1, stage))
+    env = SuperMarioBrosEnv(target=(1, stage))
     address = int(env.ram[0xE7]) | int(env.ram[0xE8]) << 8
     env.close()
 
@@ -126,20 +126,20 @@ def _finish_from_page(stage: int, page: int, *, period: int, y: int | None = Non
     """Start 1-``stage`` at ``page`` (the halfway page, written before the stage loads),
     hold right and alternate right+A every ``period`` frames (after ``walk`` frames of
     right alone); return the x_pos of every frame, and the last info."""
-    smb = load_legacy().SuperMarioBrosEnv
+    from gym_super_mario_bros.smb_env import SuperMarioBrosEnv
 
-    class LateStart(smb):  # type: ignore[misc, valid-type]
+    class LateStart(SuperMarioBrosEnv):
         def _write_stage(self) -> None:
             super()._write_stage()
             self.ram[0x075B] = page
 
-    env = LateStart(rom_mode="vanilla", target=(1, stage))
+    env = LateStart(target=(1, stage))
     if y is not None:
         env.ram[0xCE] = y  # on the ledge of the exit pipe
     xs = []
     for t in range(1500):
         action = RIGHT | A if t >= walk and ((t - walk) // period) % 2 else RIGHT
-        _, _, done, info = env.step(action)
+        _, _, done, _, info = env.step(action)
         xs.append(info["x_pos"])
         if done:
             break
