@@ -1,7 +1,11 @@
 # Two commands do all the set-up on a fresh clone:
 #   make run    create .venv if missing, install, train (python main.py)
 #   make test   the same set-up with the test and ray extras, then the test suite
-PYTHON ?= python3.11
+# The first Python >= 3.13 found: python3.14 or python3.13 on PATH, else the newest under
+# pyenv (whose shims exist but fail for a version not selected). PYTHON=... overrides.
+PYTHON ?= $(shell for p in python3.14 python3.13 $$(ls -d $${PYENV_ROOT:-$$HOME/.pyenv}/versions/3.1[3-9]*/bin/python3 2>/dev/null | sort -rV); do \
+	$$p -c 'import sys; sys.exit(sys.version_info < (3, 13))' >/dev/null 2>&1 && { echo $$p; break; }; done)
+NO_PYTHON := Python >= 3.13 is required and none was found (python3.13, python3.14, pyenv); install one (e.g. pyenv install 3.13) or run make PYTHON=/path/to/python3.13
 VENV ?= .venv
 PY := $(VENV)/bin/python
 ARGS ?=
@@ -9,15 +13,22 @@ ARGS ?=
 .PHONY: run test lint format bench install install-test clean-shm clean
 
 $(VENV)/bin/activate:
+	@test -n "$(PYTHON)" || { echo "$(NO_PYTHON)" >&2; exit 1; }
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip setuptools wheel
 
+# A .venv made with an older Python (before the move to 3.13) is refused in one line.
+OLD_VENV = { $(PY) -c 'import sys; sys.exit(sys.version_info < (3, 13))' || { \
+	echo "$(VENV) was made with $$($(PY) -V 2>&1), the project needs Python >= 3.13: run make clean, then make again" >&2; exit 1; }; }
+
 $(VENV)/.installed: pyproject.toml | $(VENV)/bin/activate
+	@$(OLD_VENV)
 	$(PY) -m pip install --quiet -e .
 	touch $@
 
 # The test set-up installs the ray extra too, so CI runs the Ray backend's cluster tests.
 $(VENV)/.installed-test: pyproject.toml | $(VENV)/bin/activate
+	@$(OLD_VENV)
 	$(PY) -m pip install --quiet -e ".[test,ray]"
 	touch $(VENV)/.installed $@
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import importlib.util
 import re
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -135,7 +135,7 @@ def export_payload(
         "seed": config.get("seed"),
         "trained_with": trained_with if trained_with is not None else earlier.get("trained_with"),
         "figures": figures if figures is not None else earlier.get("figures"),
-        "exported_at": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "exported_at": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
     }
     return {
         "learner": {"acting": weights, "updates": provenance["updates"]},

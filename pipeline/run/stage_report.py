@@ -17,7 +17,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
-from typing import Any, TypeVar
+from typing import Any
 
 from config import Config
 from pipeline.common.errors import UserError
@@ -25,8 +25,6 @@ from pipeline.learning.policy import EpisodeResult, build_env
 from pipeline.run import episode_ends
 
 __all__ = ["StageRow", "combined_values", "ends_lines", "play_stages", "stage_table", "stages_played"]
-
-T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -111,7 +109,7 @@ def stages_played(config: Config, env_id: str, stages: str | None = None) -> lis
         raise UserError(f"cannot evaluate on {env_id}: {exc}") from None
 
 
-def play_stages(
+def play_stages[T](
     config: Config, pairs: Sequence[tuple[str, str]], play: Callable[[Any], T], *, seed: int | None
 ) -> list[tuple[str, T]]:
     """``play(env)`` on each stage's env (built with ``config``'s settings and seeded with

@@ -241,7 +241,7 @@ class Trainer:
                 self._last_replay_save_t = time.monotonic()
             try:
                 await asyncio.wait_for(stop.wait(), timeout=0.5)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pass
         # A stop just after the frames passed a mark keeps it: a resume goes on from the next.
         self._collector_totals()
@@ -262,7 +262,7 @@ class Trainer:
         while not self.stop_event.is_set():
             try:
                 await asyncio.wait_for(self.stop_event.wait(), timeout=self.cfg.monitor_interval_s)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pass
             snapshot = self.snapshot()
             if handover is not None:
