@@ -103,14 +103,20 @@ def _emulator_worker(conn: Connection, env_id: str, env_kwargs: dict[str, Any], 
     actions = int(env.action_space.n)
     env.reset(seed=0)
     frames_per_step = 1 if env_id.startswith("Catch") else int(env_kwargs["frame_skip"])
-    for _ in range(50):  # warm up: the first steps load the ROM and build caches
-        env.step(int(rng.integers(actions)))
-    steps, start = 0, time.perf_counter()
-    while time.perf_counter() - start < seconds:
+
+    def step() -> None:
+        # Random play ends episodes (on some stages within the warm-up): the emulator
+        # refuses a step past the end, so every end is followed by a reset.
         _, _, terminated, truncated, _ = env.step(int(rng.integers(actions)))
-        steps += 1
         if terminated or truncated:
             env.reset()
+
+    for _ in range(50):  # warm up: the first steps load the ROM and build caches
+        step()
+    steps, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        step()
+        steps += 1
     conn.send(steps * frames_per_step / (time.perf_counter() - start))
 
 

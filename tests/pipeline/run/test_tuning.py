@@ -159,3 +159,16 @@ def test_tune_beside_a_busy_process_says_so_and_caches_nothing_unless_forced(mon
         assert cached is not None and cached.busy
     finally:
         stop_spinners(spinners)
+
+
+def test_the_emulator_measurement_resets_an_episode_that_ends_in_its_warm_up():
+    """Random play on World 1's random stages ends its first episode at warm-up step 31
+    (the seeds are fixed: the emulator and the actions replay); the measurement must reset
+    it, not step the finished env (which the emulator refuses)."""
+    import multiprocessing as mp
+
+    cfg = Config(env_id="SuperMarioBrosRandomStages-v0", stages="1-1,1-2,1-3,1-4")
+    receive, send = mp.Pipe(duplex=False)
+    T._emulator_worker(send, cfg.env_id, cfg.env_kwargs(), 0.5)
+    frames_per_s = receive.recv()
+    assert isinstance(frames_per_s, float) and math.isfinite(frames_per_s)
