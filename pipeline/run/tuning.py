@@ -15,7 +15,8 @@ Then it balances collection against learning at the configured replay ratio ``R`
 agent step costs a collector ``skip / f`` CPU-seconds, and needs ``R / B`` learner
 updates of ``1 / u(B)`` seconds each, so one core-second of the machine yields
 ``1 / (skip / f + R / (B u(B)))`` agent steps. The batch size with the most steps per
-core-second is chosen, and the fewest collectors that keep the machine busy at that
+core-second among those the learning benchmark has measured (:data:`MEASURED_LEARNING`)
+is chosen, and the fewest collectors that keep the machine busy at that
 balance are started; the learner starts on the cores they leave (at least one) and takes
 more while they stall (:mod:`pipeline.run.thread_handover`). The preset's batch size is kept unless another costs
 at least 10 % less per sample (the batch size changes learning, not only speed). The
@@ -53,7 +54,12 @@ from pipeline.learning.learner_speed import learner_spec, time_batch_sizes
 from pipeline.run.machine_load import LoadMeter
 from pipeline.run.preflight import MachineLimits
 
-BATCH_SIZES = (32, 64, 128)
+# The learning settings (batch size, replay ratio, learning rate) the learning benchmark
+# has measured on 1-1 (docs/learning.md: QR-DQN, seeds 0-2 to 2M frames). The batch size
+# changes what is learned per frame at a given ratio and learning rate, so auto chooses
+# only among these; the rest of its plan (collectors, learner threads) is speed alone.
+MEASURED_LEARNING: tuple[tuple[int, float, float], ...] = ((32, 4.0, 1e-4),)
+BATCH_SIZES = tuple(sorted({batch for batch, _, _ in MEASURED_LEARNING}))
 ENV_SECONDS = 6.0
 BATCH_CHANGE_GAIN = 0.9  # another batch size must cost at most this much per sample
 INFER_OVERHEAD = 1.1  # acting (batched forward passes) and ring writes: ~10 % of a collector's time
@@ -191,9 +197,18 @@ def balance(
         f"learner {updates_per_s[batch]:,.1f} updates/s at batch {batch} -> "
         f"{batch * updates_per_s[batch] / cfg.replay_ratio:,.0f} agent steps/s at replay ratio {cfg.replay_ratio:g}; "
         f"collectors take {p.collector_share:.0%} of the work: {p.collectors} collector(s), "
-        f"{p.learner_threads} learner thread(s), ~{p.frames_per_s:,.0f} frames/s expected on {cores} core(s)"
+        f"{p.learner_threads} learner thread(s), ~{p.frames_per_s:,.0f} frames/s expected on {cores} core(s); "
+        f"{learning_setting(batch, cfg.replay_ratio, cfg.learning_rate)}"
     )
     return {"batch_size": batch, "num_processes": p.collectors, "learner_threads": p.learner_threads}, why
+
+
+def learning_setting(batch: int, replay_ratio: float, learning_rate: float) -> str:
+    """Says whether a run learns with a setting the learning benchmark has measured."""
+    setting = f"batch {batch}, replay ratio {replay_ratio:g}, learning rate {learning_rate:g}"
+    if (batch, replay_ratio, learning_rate) in MEASURED_LEARNING:
+        return f"learning: {setting}, as the learning benchmark measured it (docs/learning.md)"
+    return f"learning: {setting}, a setting the learning benchmark has not measured"
 
 
 def frames_per_s_at_ratios(

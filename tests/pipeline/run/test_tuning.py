@@ -172,3 +172,12 @@ def test_the_emulator_measurement_resets_an_episode_that_ends_in_its_warm_up():
     T._emulator_worker(send, cfg.env_id, cfg.env_kwargs(), 0.5)
     frames_per_s = receive.recv()
     assert isinstance(frames_per_s, float) and math.isfinite(frames_per_s)
+
+
+def test_auto_times_only_the_batch_sizes_the_learning_benchmark_measured_and_says_so():
+    assert T.BATCH_SIZES == (32,)  # the learning benchmark's only batch size (docs/learning.md)
+    _, why = T.balance(Config(replay_ratio=4.0, batch_size=32, learning_rate=1e-4), 900.0, {32: 40.0}, cores=2)
+    measured = "learning: batch 32, replay ratio 4, learning rate 0.0001, as the learning benchmark measured it"
+    assert why.endswith(f"{measured} (docs/learning.md)")
+    _, why = T.balance(Config(replay_ratio=8.0, batch_size=32, learning_rate=1e-4), 900.0, {32: 40.0}, cores=2)
+    assert why.endswith("a setting the learning benchmark has not measured")
