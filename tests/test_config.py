@@ -39,8 +39,12 @@ def test_module_knobs_are_read(monkeypatch):
 
 
 @pytest.mark.parametrize("name", ["cpu", "laptop", "desktop", "server", "tiny"])
-def test_every_preset_is_valid(name):
-    resolve_config({}, preset=name, knobs={})
+def test_every_preset_is_valid_and_resolves_to_its_own_values(name):
+    resolved = resolve_config({}, preset=name, knobs={})
+    assert resolved.preset == name
+    for field, value in PRESETS[name].items():
+        assert getattr(resolved.config, field) == value, field
+        assert resolved.sources[field].startswith("preset") and resolved.sources[field].endswith(name), field
 
 
 def test_auto_preset_follows_the_hardware():
