@@ -142,10 +142,6 @@ class CatchEnv(gymnasium.Env[np.ndarray, int]):
         """Return the latest frame as RGB when ``render_mode="rgb_array"``."""
         return self.last_rgb if self.render_mode == "rgb_array" else None
 
-    def render_rgb(self) -> np.ndarray:
-        """Return the latest frame as (84, 84, 3) uint8, whatever the render mode."""
-        return self.last_rgb
-
     def get_action_meanings(self) -> list[str]:
         """Return the name of each action."""
         return list(ACTION_MEANINGS)

@@ -194,10 +194,6 @@ class MarioEnv(gymnasium.Env[np.ndarray, int]):
             return self.last_rgb
         return None
 
-    def render_rgb(self) -> np.ndarray:
-        """Return the latest (240, 256, 3) colour frame, whatever the render mode."""
-        return self.last_rgb
-
     def close(self) -> None:
         """Free the emulators (safe to call more than once)."""
         for emulator in self._emulators.values():

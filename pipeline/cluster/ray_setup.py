@@ -194,17 +194,6 @@ def agent_options(node_id: str) -> dict[str, Any]:
     )
 
 
-def actor_errors() -> tuple[type[BaseException], ...]:
-    """Exceptions that mean the agent (or its node) is gone or restarting."""
-    from ray import exceptions as E
-
-    return tuple(
-        getattr(E, name)
-        for name in ("RayActorError", "ActorDiedError", "ActorUnavailableError", "NodeDiedError")
-        if hasattr(E, name)
-    )
-
-
 def object_errors() -> tuple[type[BaseException], ...]:
     """Exceptions that mean a result is gone although its agent may live (its records are lost)."""
     from ray import exceptions as E
