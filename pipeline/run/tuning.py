@@ -39,7 +39,7 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
-from config import Config
+from config import LEARNING_AS_MEASURED, Config
 from config_resolution import ResolvedConfig, resolve_config
 from pipeline.common.child import run_in_child
 from pipeline.common.files import atomic_write
@@ -55,10 +55,12 @@ from pipeline.run.machine_load import LoadMeter
 from pipeline.run.preflight import MachineLimits
 
 # The learning settings (batch size, replay ratio, learning rate) the learning benchmark
-# has measured on 1-1 (docs/learning.md: QR-DQN, seeds 0-2 to 2M frames). The batch size
+# has measured on 1-1 (config.LEARNING_AS_MEASURED, which every Mario preset learns with). The batch size
 # changes what is learned per frame at a given ratio and learning rate, so auto chooses
 # only among these; the rest of its plan (collectors, learner threads) is speed alone.
-MEASURED_LEARNING: tuple[tuple[int, float, float], ...] = ((32, 4.0, 1e-4),)
+MEASURED_LEARNING: tuple[tuple[int, float, float], ...] = (
+    (LEARNING_AS_MEASURED["batch_size"], LEARNING_AS_MEASURED["replay_ratio"], LEARNING_AS_MEASURED["learning_rate"]),
+)
 BATCH_SIZES = tuple(sorted({batch for batch, _, _ in MEASURED_LEARNING}))
 ENV_SECONDS = 6.0
 BATCH_CHANGE_GAIN = 0.9  # another batch size must cost at most this much per sample
