@@ -161,15 +161,27 @@ def test_tune_beside_a_busy_process_says_so_and_caches_nothing_unless_forced(mon
         stop_spinners(spinners)
 
 
-def test_the_emulator_measurement_resets_an_episode_that_ends_in_its_warm_up():
-    """Random play on World 1's random stages ends its first episode at warm-up step 31
-    (the seeds are fixed: the emulator and the actions replay); the measurement must reset
-    it, not step the finished env (which the emulator refuses)."""
+@pytest.mark.parametrize(
+    ("env_id", "stages"),
+    [
+        # Random play on World 1's random stages ends its first episode at warm-up step 31
+        # (the seeds are fixed: the emulator and the actions replay): the measurement must
+        # reset it, not step the finished env, which the emulator refuses.
+        ("SuperMarioBrosRandomStages-v0", "1-1,1-2,1-3,1-4"),
+        ("SuperMarioBrosRandomStages-v0", ""),
+        ("SuperMarioBros-1-1-v0", ""),
+        ("SuperMarioBros-v0", ""),
+        ("SuperMarioBros2-v0", ""),
+        ("Catch-v0", ""),
+    ],
+)
+def test_the_emulator_measurement_runs_on_every_kind_of_env_id(env_id, stages):
+    """The auto preset's emulator measurement on each kind of id --env accepts."""
     import multiprocessing as mp
 
-    cfg = Config(env_id="SuperMarioBrosRandomStages-v0", stages="1-1,1-2,1-3,1-4")
+    cfg = Config(env_id=env_id, stages=stages)
     receive, send = mp.Pipe(duplex=False)
-    T._emulator_worker(send, cfg.env_id, cfg.env_kwargs(), 0.5)
+    T._emulator_worker(send, cfg.env_id, cfg.env_kwargs(), 0.3)
     frames_per_s = receive.recv()
     assert isinstance(frames_per_s, float) and math.isfinite(frames_per_s)
 
