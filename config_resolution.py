@@ -19,6 +19,7 @@ from typing import Any
 
 import config
 from config import FIELD_NAMES, KNOBS, PRESET_NAMES, PRESETS, Config, ConfigError, validate
+from pipeline.transport.records import TRANSITION_BYTES
 
 __all__ = [
     "Hardware",
@@ -68,8 +69,8 @@ def auto_preset(hw: Hardware) -> tuple[str, dict[str, Any]]:
     values = dict(PRESETS[name])
     # One core stays with the learner; the rest collect.
     values["num_processes"] = max(1, hw.cores - 1)
-    # At most a quarter of the RAM for replay, ~7.2 KB per transition.
-    max_replay = int(hw.memory_gb * 2**30 / 4 / 7200)
+    # At most a quarter of the RAM for replay.
+    max_replay = int(hw.memory_gb * 2**30 / 4 / TRANSITION_BYTES)
     values["replay_capacity"] = max(10_000, min(values["replay_capacity"], max_replay))
     return name, values
 

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 import config
 from config import PRESETS, Config, ConfigError, validate
 from config_resolution import Hardware, auto_preset, resolve_config
+from pipeline.transport.records import TRANSITION_BYTES
 
 CPU_BOX = Hardware(cores=2, memory_gb=24.0, gpu=False)
 
@@ -53,7 +54,7 @@ def test_auto_preset_follows_the_hardware():
     name, values = auto_preset(Hardware(cores=32, memory_gb=256, gpu=True))
     assert name == "server" and values["num_processes"] == 31
     name, values = auto_preset(Hardware(cores=4, memory_gb=1.0, gpu=False))
-    assert name == "laptop" and values["replay_capacity"] == int(2**30 / 4 / 7200)  # a quarter of the RAM
+    assert name == "laptop" and values["replay_capacity"] == int(2**30 / 4 / TRANSITION_BYTES)  # a quarter of the RAM
     name, values = auto_preset(Hardware(cores=4, memory_gb=0.1, gpu=False))
     assert values["replay_capacity"] == 10_000  # never below the floor
     resolved = resolve_config({}, preset="auto", knobs={}, hardware=CPU_BOX)

@@ -11,6 +11,7 @@ import math
 from dataclasses import dataclass
 
 from pipeline.run.monitor.keys import LEARNER_PHASES
+from pipeline.transport.records import RECORD_BYTES
 
 TARGET_EFFICIENCY = 0.90
 TARGET_RECORDS_PER_S = 50_000.0
@@ -291,7 +292,7 @@ FIGURES: dict[str, dict[str, FigureSpec]] = {
         ),
         "node_records_per_s": _spec("node records/s", "{:,.0f}", "what the node's collectors produced over Ray"),
         "pull_records_per_s": _spec("pull path records/s", "{:,.0f}", "one agent, flooding producers, into replay"),
-        "pull_mb_per_s": _spec("pull path MB/s", "{:,.1f}", "the same in MB (7,064 B a record)"),
+        "pull_mb_per_s": _spec("pull path MB/s", "{:,.1f}", f"the same in MB ({RECORD_BYTES:,} B a record)"),
         "pull_ms": _spec("pull latency ms", "{:.1f}", "mean, request to records on the learner"),
         "pull_max_gap_ms": _spec("longest poll gap ms", "{:.1f}", "the learner's loop while pulling"),
         "pull_records": _spec("records pulled", "{:,.0f}", "in the window"),

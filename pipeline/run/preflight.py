@@ -30,7 +30,7 @@ import psutil
 
 from config import Config
 from pipeline.common.errors import UserError
-from pipeline.transport.records import RECORD_BYTES
+from pipeline.transport.records import RECORD_BYTES, TRANSITION_BYTES
 from pipeline.transport.ring import RingLayout
 from pipeline.transport.segments import SHM_DIR
 from pipeline.transport.weights import block_bytes
@@ -44,7 +44,7 @@ COLLECTOR_BYTES = 400 * MB
 EVALUATOR_BYTES = 300 * MB
 LEARNER_BYTES = 700 * MB
 # Replay bytes per transition: the frame, action (u8), reward (f32), flags (u8).
-REPLAY_BYTES_PER_TRANSITION = 84 * 84 + 1 + 4 + 1
+REPLAY_BYTES_PER_TRANSITION = TRANSITION_BYTES
 LOCK_NAME = "run.lock"
 
 

@@ -34,6 +34,9 @@ RECORD_DTYPE = np.dtype(
     }
 )
 RECORD_BYTES: int = RECORD_DTYPE.itemsize
+# What the replay memory keeps of a transition: its fields, unpadded (the replay stores
+# each field in an array of its own, one frame per transition).
+TRANSITION_BYTES: int = sum(RECORD_DTYPE.fields[name][0].itemsize for name in RECORD_DTYPE.names)
 
 
 def empty_records(count: int) -> np.ndarray:
