@@ -207,7 +207,7 @@ class Config:
     total_frames: int = 0
     """Stop after this many emulator frames (0 = run until Ctrl-C)."""
     seed: int = 0
-    """Base random seed (collector i uses seed + 1000 * i)."""
+    """Base random seed (env stream i uses seed + 1000 * i: pipeline/common/seeds.py)."""
     run_dir: str = "runs"
     """Directory that holds one sub-directory per run."""
     run_name: str = ""

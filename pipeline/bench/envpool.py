@@ -16,6 +16,7 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from pipeline.common.child import Child, ChildError, ChildExited, ChildTimeout
+from pipeline.common.seeds import stream_seed
 
 WORKER_START_TIMEOUT_S = 180.0  # spawning, importing and booting an emulator on a busy box
 ANSWER_ALLOWANCE_S = 120.0  # beyond the seconds asked for: a loaded box may deschedule a worker
@@ -118,7 +119,7 @@ class EnvPool:
         try:
             # Start them all, then wait: they boot their emulators in parallel.
             for i, kind in enumerate(self.kinds):
-                args = (kind, env_id, env_kwargs, seed + 1000 * i)
+                args = (kind, env_id, env_kwargs, stream_seed(seed, i))
                 self.workers.append(Child(_env_worker, args, name=f"bench-{kind}-{i}"))
             for i, worker in enumerate(self.workers):
                 what = f"env worker {i} ({self.kinds[i]})"

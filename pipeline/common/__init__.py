@@ -6,4 +6,5 @@
   output-path check every command that writes a file runs first.
 - :mod:`~pipeline.common.gauges`: the names of the gauges that several layers name (the
   steadiness probe's and the evaluator's), for the monitor, the benchmark and ``plot``.
+- :mod:`~pipeline.common.seeds`: the seed of each env stream and collector start.
 """

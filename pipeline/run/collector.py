@@ -45,6 +45,7 @@ import numpy as np
 from config import Config
 from pipeline.common.child import ParentWatch
 from pipeline.common.priority import yield_to_learner
+from pipeline.common.seeds import stream_seed
 from pipeline.learning.exploration import epsilon_greedy
 from pipeline.learning.frontier import EpisodeTrace, FrontierArchive, stage_signature
 from pipeline.run.env_stream import EnvStream
@@ -180,14 +181,14 @@ class Collector:
         self.counters.beat()
         starts = self.counters.starts
         number = args.collectors_before + args.slot
-        self.rng = np.random.default_rng(self.cfg.seed + 1000 * number + 1_000_003 * starts)
+        self.rng = np.random.default_rng(stream_seed(self.cfg.seed, number, starts))
         streams_before = args.collectors_before * self.cfg.envs_per_collector
         frame_stack = self.cfg.frame_stack
         self.stacks = np.zeros((len(slots), frame_stack, 84, 84), np.uint8)
         self.stacks_tensor = torch.from_numpy(self.stacks)  # shares memory with stacks
         self.streams = []
         for k, (index, slot) in enumerate(zip(slot_indices, slots)):
-            seed = self.cfg.seed + 1000 * (streams_before + index) + 1_000_003 * starts
+            seed = stream_seed(self.cfg.seed, streams_before + index, starts)
             self.streams.append(EnvStream(self._build_env(seed), slot, seed, self.stacks[k]))
         self.num_actions = int(self.streams[0].env.action_space.n)
         self.model = network_of(self.cfg, self.num_actions).eval()
