@@ -25,6 +25,9 @@ from typing import Any
 # from here (``X as X``).
 from config_removed import RemovedOptionError as RemovedOptionError
 from config_removed import check_saved
+from config_validation import BACKENDS as BACKENDS
+from config_validation import DEVICES as DEVICES
+from config_validation import MONITORS as MONITORS
 from config_validation import SWITCH_VALUES as SWITCH_VALUES
 from config_validation import ConfigError as ConfigError
 from config_validation import validate as validate

@@ -17,6 +17,10 @@ from typing import Any
 # field name.
 
 SWITCH_VALUES: tuple[str, ...] = ("auto", "on", "off")  # compile and amp
+# The values the choice fields accept: validation, main.py's and the bench's flags use these.
+DEVICES: tuple[str, ...] = ("cpu", "cuda", "auto")
+MONITORS: tuple[str, ...] = ("auto", "table", "log", "off")
+BACKENDS: tuple[str, ...] = ("local", "ray")
 
 
 class ConfigError(ValueError):
@@ -183,12 +187,12 @@ def validate(cfg: Any) -> None:
             )
         )
     for name, allowed in (
-        ("device", ("cpu", "cuda", "auto")),
-        ("replay_device", ("cpu", "cuda", "auto")),
-        ("monitor", ("auto", "table", "log", "off")),
+        ("device", DEVICES),
+        ("replay_device", DEVICES),
+        ("monitor", MONITORS),
         ("compile", SWITCH_VALUES),
         ("amp", SWITCH_VALUES),
-        ("backend", ("local", "ray")),
+        ("backend", BACKENDS),
         ("epsilon_schedule", ("linear", "exponential")),
     ):
         if getattr(cfg, name) not in allowed:

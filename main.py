@@ -65,7 +65,7 @@ TUNE_DESCRIPTION = (
 
 def build_parser(prog: str = "main.py") -> argparse.ArgumentParser:
     """Training's flags; with ``prog="main.py tune"``, tune's (the same, plus --force)."""
-    from config import PRESET_NAMES
+    from config import BACKENDS, DEVICES, MONITORS, PRESET_NAMES
 
     if prog == "main.py":
         parser = OneLineParser(
@@ -96,14 +96,14 @@ def build_parser(prog: str = "main.py") -> argparse.ArgumentParser:
         "--no-compile", dest="compile", action="store_const", const="off", help="skip torch.compile (eager learner)"
     )
     parser.add_argument("--no-amp", dest="amp", action="store_const", const="off", help="full fp32 learner")
-    parser.add_argument("--device", choices=("cpu", "cuda", "auto"), help="learner device")
+    parser.add_argument("--device", choices=DEVICES, help="learner device")
     parser.add_argument(
         "--checkpoint-interval", dest="checkpoint_interval_s", type=float, help="seconds between periodic checkpoints"
     )
-    parser.add_argument("--monitor", choices=("auto", "table", "log", "off"), help="monitor display")
+    parser.add_argument("--monitor", choices=MONITORS, help="monitor display")
     parser.add_argument(
         "--backend",
-        choices=("local", "ray"),
+        choices=BACKENDS,
         help="where collectors run: local processes, or node agents on a Ray cluster (pip install -e '.[ray]')",
     )
     parser.add_argument(

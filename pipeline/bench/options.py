@@ -70,7 +70,7 @@ def _number(kind: type, minimum: float, what: str) -> Callable[[str], Any]:
 
 def build_parser() -> argparse.ArgumentParser:
     """The bench's flags; errors are one-line :class:`UserError` (a :class:`OneLineParser`)."""
-    from config import PRESET_NAMES
+    from config import DEVICES, PRESET_NAMES
 
     width = max(len(name) for name in PART_HELP)
     parser = OneLineParser(
@@ -111,7 +111,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="collector processes of the pipeline, training and soak parts (default: the config's, at least 2)",
     )
     parser.add_argument("--env", dest="env_id", metavar="ID", help=f"environment id (default {DEFAULT_ENV})")
-    parser.add_argument("--device", choices=("cpu", "cuda", "auto"), help="learner device")
+    parser.add_argument("--device", choices=DEVICES, help="learner device")
     parser.add_argument(
         "--keep-runs", metavar="DIR", help="keep the run directories (metrics.csv, summary.json, logs) under DIR"
     )
