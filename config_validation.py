@@ -21,6 +21,7 @@ SWITCH_VALUES: tuple[str, ...] = ("auto", "on", "off")  # compile and amp
 DEVICES: tuple[str, ...] = ("cpu", "cuda", "auto")
 MONITORS: tuple[str, ...] = ("auto", "table", "log", "off")
 BACKENDS: tuple[str, ...] = ("local", "ray")
+RESTART_POINTS: tuple[str, ...] = ("uniform", "ends")  # where on the trajectory a frontier start is drawn
 
 
 class ConfigError(ValueError):
@@ -167,10 +168,6 @@ def validate(cfg: Any) -> None:
                 "use a fixed-stage id such as SuperMarioBros-1-1-v0, or 0 for off",
             )
         )
-    if cfg.frontier_start_points not in ("uniform", "ends"):
-        problems.append(
-            _problem("frontier_start_points", cfg.frontier_start_points, "must be uniform or ends", "use uniform")
-        )
     if not cfg.reward_scale > 0 or cfg.reward_scale == float("inf"):
         problems.append(_problem("reward_scale", cfg.reward_scale, "must be a finite number > 0", "use e.g. 0.1"))
     if not 0 <= cfg.flag_bonus < float("inf"):
@@ -193,6 +190,7 @@ def validate(cfg: Any) -> None:
         ("compile", SWITCH_VALUES),
         ("amp", SWITCH_VALUES),
         ("backend", BACKENDS),
+        ("frontier_start_points", RESTART_POINTS),
         ("epsilon_schedule", ("linear", "exponential")),
     ):
         if getattr(cfg, name) not in allowed:

@@ -45,13 +45,13 @@ from pathlib import Path
 
 import numpy as np
 
+from config_validation import RESTART_POINTS
 from pipeline.common.files import atomic_write
 
 logger = logging.getLogger(__name__)
 
 __all__ = ["END_RUN_UP_STEPS", "RECENT_ENDS", "RESTART_POINTS", "EpisodeTrace", "FrontierArchive", "stage_signature"]
 
-RESTART_POINTS = ("uniform", "ends")  # where on the trajectory an episode restarts
 RECENT_ENDS = 64  # the episode ends a restart before an end draws from (a collector's last few minutes)
 # A restart before an end goes back a uniform number of agent steps in this range (both
 # included): 40-160 frames, a jump's run-up, and never a start already in the fall.
