@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from config import Config
+
 __all__ = ["SAVED_STATISTICS_STATES", "LearnerSettings"]
 
 # Replay states the BatchNorm statistics of a saved copy (a mark, a checkpoint) are
@@ -20,22 +22,27 @@ __all__ = ["SAVED_STATISTICS_STATES", "LearnerSettings"]
 SAVED_STATISTICS_STATES = 4096
 
 
+# Every learning default below is Config's (one place, no copy to drift); a test or a
+# benchmark that builds a learner without a Config gets the learner a default run trains.
+_DEFAULTS = Config()
+
+
 @dataclass
 class LearnerSettings:
     """Plain learner settings, filled from the project Config by the caller."""
 
-    learning_rate: float = 1e-4
-    grad_clip: float = 10.0
-    target_sync_updates: int = 2000
-    dueling: bool = True
-    frame_stack: int = 4
-    target_tau: float = 0.0  # moving-average target per update (0 = copy every target_sync_updates)
-    reset_interval: int = 0  # shrink-and-perturb the online net every this many updates (0 = never)
-    bn_calibration_states: int = 256  # precise BN over this many replay states (>= 1)
-    calibration_chunk: int = 32  # states per calibration forward: the training batch size
-    quantiles: int = 0  # QR-DQN with this many quantiles per action (0 = Q-values and the Huber loss)
-    acting_tau: float = 0.0  # publish a moving average of the online weights (ActingCopy; 0 = the online net)
-    compile: bool = True
+    learning_rate: float = _DEFAULTS.learning_rate
+    grad_clip: float = _DEFAULTS.grad_clip
+    target_sync_updates: int = _DEFAULTS.target_sync_updates
+    dueling: bool = _DEFAULTS.dueling
+    frame_stack: int = _DEFAULTS.frame_stack
+    target_tau: float = _DEFAULTS.target_tau  # moving-average target per update (0 = copy every target_sync_updates)
+    reset_interval: int = _DEFAULTS.reset_interval_updates  # shrink-and-perturb every this many updates (0 = never)
+    bn_calibration_states: int = _DEFAULTS.bn_calibration_states  # precise BN over this many replay states (>= 1)
+    calibration_chunk: int = _DEFAULTS.batch_size  # states per calibration forward: the training batch size
+    quantiles: int = _DEFAULTS.quantiles  # QR-DQN with this many quantiles per action (0 = Q-values, Huber loss)
+    acting_tau: float = _DEFAULTS.acting_tau  # publish a moving average of the online weights (0 = the online net)
+    compile: bool = True  # the machine's choice (pipeline.learning.learner_choice), not a Config value
     amp: bool = True
     device: str = "cpu"
     compile_backend: str = "inductor"

@@ -131,7 +131,9 @@ class Draws:
 
 
 def make_learner(calibration_states: int) -> Learner:
-    settings = LearnerSettings(compile=False, amp=False, learning_rate=1e-3, target_sync_updates=4)
+    settings = LearnerSettings(
+        compile=False, amp=False, learning_rate=1e-3, target_sync_updates=4, quantiles=0, acting_tau=0.0
+    )
     torch.manual_seed(0)
     return Learner(NUM_ACTIONS, replace(settings, bn_calibration_states=calibration_states, calibration_chunk=32))
 

@@ -40,7 +40,11 @@ def make_batch(size: int = 8, seed: int = 0, valid: int | None = None) -> Batch:
 
 
 def make_learner(**overrides: object) -> Learner:
-    settings = LearnerSettings(compile=False, amp=False, learning_rate=1e-3)
+    # The Q-value learner (Double DQN and the Huber loss) publishing its online weights:
+    # the hand computations below are of it; QR-DQN and the acting copy have tests of their own.
+    settings = LearnerSettings(
+        compile=False, amp=False, learning_rate=1e-3, quantiles=0, acting_tau=0.0, bn_calibration_states=256
+    )
     torch.manual_seed(0)
     return Learner(NUM_ACTIONS, replace(settings, **overrides))
 
