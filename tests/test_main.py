@@ -64,3 +64,43 @@ def test_help_lists_every_command_in_one_line_each_and_training_runs_without_one
     assert "--total-frames" in text and "--backend" in text  # the training flags stay
     tune = run_main("tune", "--help")
     assert tune.returncode == 0 and "--force" in tune.stdout and "commands (" not in tune.stdout
+
+
+@pytest.mark.slow
+def test_a_short_run_on_mario_trains_saves_and_its_checkpoint_plays(tmp_path):
+    """The whole system on the real game: one real collector on the 1-1 emulator, the
+    learner training past learning_starts, a checkpoint, and `eval` playing it."""
+    import csv
+
+    from pipeline.learning.checkpoint import load_checkpoint
+    from pipeline.transport.segments import project_segments, run_tag
+    from tests.conftest import run_main as run_to_end
+
+    frames = 6000
+    train = run_to_end(
+        ["--preset", "cpu", "--num-processes", "1", "--set", "envs_per_collector=2", "--set", "learning_starts=500"]
+        + ["--no-compile", "--no-amp", "--eval-interval", "0", "--total-frames", str(frames), "--monitor", "log"]
+        + ["--run-dir", str(tmp_path), "--run-name", "mario"],
+        cwd=ROOT,
+        timeout_s=900,
+    )
+    assert train.returncode == 0, train.stderr[-3000:]
+    run = tmp_path / "mario"
+    with open(run / "metrics.csv", newline="") as handle:
+        last = list(csv.DictReader(handle))[-1]
+    # Learning starts at 500 transitions (2,000 frames: one transition per 4 frames); from
+    # there replay ratio 4 with batches of 32 is an update per 8 transitions.
+    assert float(last["frames"]) >= frames
+    assert float(last["updates"]) >= (frames / 4 - 500) * 4 / 32 * 0.9, last
+    assert not project_segments(run_tag(run))
+    final = sorted((run / "checkpoints").glob("ckpt-*.pt"), key=lambda p: int(p.stem.split("-")[1]))[-1]
+    saved = load_checkpoint(final)
+    assert saved["config"]["env_id"] == "SuperMarioBros-1-1-v0" and saved["counters"]["frames"] >= frames
+
+    played = run_to_end(
+        ["eval", "--checkpoint", str(final), "--episodes", "2", "--epsilon", "0.05", "--max-steps", "200"],
+        cwd=ROOT,
+        timeout_s=600,
+    )
+    assert played.returncode == 0, played.stderr[-3000:]
+    assert "2 episode(s)" in played.stdout and "x_pos mean" in played.stdout, played.stdout
