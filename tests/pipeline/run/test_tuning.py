@@ -63,9 +63,14 @@ def test_a_real_tuning_on_catch_is_cached_and_used_by_the_auto_preset(tmp_path):
     cfg = Config(env_id="Catch-v0", compile="off", amp="off", learner_threads=1)
     lines = []
     tuning = T.tune(cfg, "cpu", lines.append, env_seconds=1.0, learner_seconds=0.5, batch_sizes=(32, 64))
-    assert tuning.emulator_frames_per_s > 100  # Catch steps far faster than any emulator
-    assert set(tuning.updates_per_s) == {"32", "64"} and min(tuning.updates_per_s.values()) > 0
-    assert tuning.settings["batch_size"] in (32, 64)
+    assert set(tuning.updates_per_s) == {"32", "64"}
+    # The settings are the balance of exactly the figures it recorded (a setting computed
+    # from other figures, or figures recorded other than measured, breaks this).
+    rates = {int(batch): rate for batch, rate in tuning.updates_per_s.items()}
+    planned, _ = T.balance(
+        Config(**{**cfg.to_dict(), "learner_threads": 1}), tuning.emulator_frames_per_s, rates, tuning.cores
+    )
+    assert {key: tuning.settings[key] for key in planned} == planned
     assert tuning.settings["num_processes"] >= 1 and tuning.settings["learner_threads"] >= 1
     assert (tuning.settings["compile"], tuning.settings["amp"]) == ("off", "off")
     assert any("frames/s per core" in line for line in lines)
