@@ -162,9 +162,12 @@ def test_whole_pipeline_learns_catch_and_the_evaluator_sees_it(tmp_path):
     steady = {key: float(measured[-1][key]) for key in STEADINESS_GAUGES}
     assert 0.5 <= steady["steady_agreement"] <= 1.0, steady
     assert 0.5 <= steady["steady_expected_agreement"] <= 1.0, steady  # against the 4 batchings' mean
-    assert 0.0 <= steady["steady_train_agreement"] <= 1.0, steady
-    assert 0.0 <= steady["steady_churn"] <= 1.0, steady
-    assert steady["steady_q_offset"] >= 0.0, steady
+    # Two train-mode batchings of a learned policy agree on most states, and a publish
+    # changes the greedy action on few (an inverted share, 1 - churn, fails both); the
+    # eval/train Q gap is under the return's whole range (Catch returns lie in [-5, 5]).
+    assert 0.5 <= steady["steady_train_agreement"] <= 1.0, steady
+    assert 0.0 <= steady["steady_churn"] < 0.5, steady
+    assert 0.0 <= steady["steady_q_offset"] < 10.0, steady
     assert "learner_probe_pct" in rows[-1]  # its share of the learner's time
 
     # The evaluator: several evaluations of ever newer weights, and the agent it saw learned.
