@@ -166,12 +166,7 @@ class Config:
     epsilon_end: float = 0.05
     """Exploration epsilon after the decay."""
     epsilon_decay_frames: int = 1_000_000
-    """Emulator frames over which epsilon decays: the linear schedule reaches epsilon_end
-    there; the exponential one uses it as its time constant."""
-    epsilon_schedule: str = "linear"
-    """How epsilon falls from epsilon_start to its floor epsilon_end: linear (reaches the
-    floor at epsilon_decay_frames) or exponential (end + (start - end) * exp(-frames /
-    epsilon_decay_frames), as DI-engine's Mario DQN)."""
+    """Emulator frames over which epsilon falls linearly to epsilon_end."""
     frontier_start_share: float = 0.0
     """Share of training episodes that start at a point of the collector's furthest
     trajectory so far instead of the level's start (Go-Explore's return-then-explore; the
@@ -301,7 +296,6 @@ FIELD_NAMES: frozenset[str] = frozenset(f.name for f in fields(Config))
 # so, whatever today's defaults are. Options removed since, and the value each now has,
 # are config_removed's: a saved config is read through both (``Config.from_dict``).
 SAVED_BEFORE: dict[str, Any] = {
-    "epsilon_schedule": "linear",
     "frontier_start_share": 0.0,
     "frontier_start_points": "uniform",
     "jump_retrigger": False,

@@ -3,7 +3,8 @@
 Each option lost on the learning benchmark (docs/learning-history.md records each, docs/learning.md lists them) or never
 measured left the Config with its code; this table is its one home in the config layer.
 Options left in removals (:class:`Removal`): the first after the tag ``pre-option-removal``,
-then ``bootstrap_epsilon`` after ``pre-expected-sarsa-removal``. A checkpoint saved before a
+then ``bootstrap_epsilon`` after ``pre-expected-sarsa-removal``, ``epsilon_schedule`` after
+``pre-epsilon-schedule-removal``. A checkpoint saved before a
 removal holds its fields:
 
 - at the value the code now always behaves as (``REMOVED``), or at any value where the
@@ -28,6 +29,7 @@ from config_validation import ConfigError
 
 __all__ = [
     "ANY_VALUE",
+    "EPSILON_SCHEDULE_REMOVAL",
     "EXPECTED_SARSA_REMOVAL",
     "OPTION_REMOVAL",
     "REMOVALS",
@@ -109,7 +111,14 @@ EXPECTED_SARSA_REMOVAL: Final = Removal(
     options={"bootstrap_epsilon": 0.0},
 )
 
-REMOVALS: Final = (OPTION_REMOVAL, EXPECTED_SARSA_REMOVAL)
+# An exponential epsilon schedule (DI-engine's Mario DQN) was never measured here.
+EPSILON_SCHEDULE_REMOVAL: Final = Removal(
+    tag="pre-epsilon-schedule-removal",
+    commit="6b6114e",
+    options={"epsilon_schedule": "linear"},
+)
+
+REMOVALS: Final = (OPTION_REMOVAL, EXPECTED_SARSA_REMOVAL, EPSILON_SCHEDULE_REMOVAL)
 # Every removed field -> the value the code now always behaves as, over all removals.
 REMOVED: Final[dict[str, Any]] = {name: now for removal in REMOVALS for name, now in removal.options.items()}
 # Every retired value, over all removals.

@@ -191,7 +191,6 @@ def validate(cfg: Any) -> None:
         ("amp", SWITCH_VALUES),
         ("backend", BACKENDS),
         ("frontier_start_points", RESTART_POINTS),
-        ("epsilon_schedule", ("linear", "exponential")),
     ):
         if getattr(cfg, name) not in allowed:
             problems.append(

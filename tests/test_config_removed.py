@@ -10,6 +10,7 @@ import pytest
 from config import FIELD_NAMES, SAVED_BEFORE, Config
 from config_removed import (
     ANY_VALUE,
+    EPSILON_SCHEDULE_REMOVAL,
     EXPECTED_SARSA_REMOVAL,
     OPTION_REMOVAL,
     REMOVALS,
@@ -70,13 +71,18 @@ def refusal(name: str, value: object, what: str = "", tag: str = "pre-option-rem
 
 
 def test_the_table_names_exactly_the_removed_fields() -> None:
-    assert REMOVALS == (OPTION_REMOVAL, EXPECTED_SARSA_REMOVAL)
+    assert REMOVALS == (OPTION_REMOVAL, EXPECTED_SARSA_REMOVAL, EPSILON_SCHEDULE_REMOVAL)
     # Each tag's commit (git rev-parse --short TAG): the last one that has its options.
     assert (OPTION_REMOVAL.tag, OPTION_REMOVAL.commit) == ("pre-option-removal", "8669a59")
     assert (EXPECTED_SARSA_REMOVAL.tag, EXPECTED_SARSA_REMOVAL.commit) == ("pre-expected-sarsa-removal", "ce2eee8")
+    assert (EPSILON_SCHEDULE_REMOVAL.tag, EPSILON_SCHEDULE_REMOVAL.commit) == (
+        "pre-epsilon-schedule-removal",
+        "6b6114e",
+    )
     assert set(OPTION_REMOVAL.options) == set(SAVED_AT_THE_TAG)
     assert dict(EXPECTED_SARSA_REMOVAL.options) == {"bootstrap_epsilon": 0.0}  # 0: the greedy bootstrap
-    assert {**OPTION_REMOVAL.options, **EXPECTED_SARSA_REMOVAL.options} == REMOVED
+    assert dict(EPSILON_SCHEDULE_REMOVAL.options) == {"epsilon_schedule": "linear"}
+    assert {**OPTION_REMOVAL.options, **EXPECTED_SARSA_REMOVAL.options, **EPSILON_SCHEDULE_REMOVAL.options} == REMOVED
     assert set(RETIRED) == set(OPTION_REMOVAL.retired)
     assert not set(REMOVED) & FIELD_NAMES  # none is a field any more
     assert set(RETIRED) <= FIELD_NAMES  # a retired value belongs to a field that stays
@@ -178,3 +184,11 @@ def test_a_network_saved_before_quantiles_existed_is_the_q_value_learner_it_was(
     assert values["quantiles"] == 32
     del values["quantiles"]
     assert Config.from_dict(values).quantiles == SAVED_BEFORE["quantiles"] == 0
+
+
+def test_a_checkpoint_of_the_linear_schedule_loads_and_one_of_the_exponential_names_its_own_tag() -> None:
+    assert Config.from_dict(saved(epsilon_schedule="linear")).epsilon_decay_frames == saved()["epsilon_decay_frames"]
+    with pytest.raises(RemovedOptionError) as info:
+        Config.from_dict(saved(epsilon_schedule="exponential"), source="checkpoint runs/x/final.pt")
+    expected = refusal("epsilon_schedule", "exponential", tag="pre-epsilon-schedule-removal", commit="6b6114e")
+    assert str(info.value) == expected

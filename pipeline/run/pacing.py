@@ -2,8 +2,8 @@
 
 - :class:`RateLimiter`: the replay ratio (samples drawn per inserted transition), held in
   both directions between the train loop and the consolidator.
-- :func:`epsilon_at`: the exploration schedule, a linear or exponential decay over emulator
-  frames to a floor.
+- :func:`epsilon_at`: the exploration schedule, a linear decay over emulator frames to a
+  floor.
 - :func:`next_mark`: when something done every N frames (a mark, an evaluation) is next due.
 
 Pure arithmetic on counters, so the rules are tested without processes or torch.
@@ -11,21 +11,13 @@ Pure arithmetic on counters, so the rules are tested without processes or torch.
 
 from __future__ import annotations
 
-import math
-
 from config import Config
 
 
 def epsilon_at(cfg: Config, frames: int) -> float:
-    """Epsilon after ``frames`` emulator frames, never below the floor ``epsilon_end``.
-
-    linear: from start to end over ``epsilon_decay_frames``, then constant. exponential:
-    ``end + (start - end) * exp(-frames / epsilon_decay_frames)`` (DI-engine's Mario DQN
-    schedule, there with a 1M-frame time constant: 0.79 at 250k frames, 0.40 at 1M).
-    """
+    """Epsilon after ``frames`` emulator frames: linear from start to end over
+    ``epsilon_decay_frames``, then constant at the floor ``epsilon_end``."""
     start, end = cfg.epsilon_start, cfg.epsilon_end
-    if cfg.epsilon_schedule == "exponential":
-        return end + (start - end) * math.exp(-frames / cfg.epsilon_decay_frames)
     fraction = min(1.0, frames / cfg.epsilon_decay_frames)
     return start + fraction * (end - start)
 

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import math
-
 import pytest
 
 from config import Config
@@ -15,15 +13,6 @@ def test_epsilon_decays_linearly_over_frames_then_stays():
     assert epsilon_at(cfg, 0) == 1.0
     assert epsilon_at(cfg, 500) == pytest.approx(0.55)
     assert epsilon_at(cfg, 1000) == epsilon_at(cfg, 10**9) == pytest.approx(0.1)
-
-
-def test_exponential_epsilon_falls_by_its_time_constant_to_the_floor():
-    cfg = Config(epsilon_schedule="exponential", epsilon_start=1.0, epsilon_end=0.1, epsilon_decay_frames=1000)
-    assert epsilon_at(cfg, 0) == 1.0
-    assert epsilon_at(cfg, 1000) == pytest.approx(0.1 + 0.9 / math.e)
-    assert epsilon_at(cfg, 3000) == pytest.approx(0.1 + 0.9 * math.exp(-3))
-    assert epsilon_at(cfg, 10**9) == pytest.approx(0.1)  # never below the floor
-    assert all(epsilon_at(cfg, f) > epsilon_at(cfg, f + 100) for f in range(0, 5000, 100))
 
 
 def test_priority_beta_anneals_linearly_to_one_then_stays():
