@@ -212,9 +212,10 @@ class TrainingParts(SuiteBase):
         device = resolve_device(self.cfg.device)
         if device.type != "cpu" or w["frames_per_s"] <= 0 or w["collectors_cpu_pct"] <= 0:
             return {}
-        precision = {"torch.bfloat16": "bf16", "torch.float16": "fp16"}.get(str(run["amp_dtype"]), "fp32")
         spec = learner_spec(self.cfg, device, variants=[], rounds=1, seconds_per_variant=0.0)
-        core = time_floor(spec, precision)
+        # The summary names the AMP dtype ("torch.bfloat16"), or "None" for an fp32 learner.
+        amp_dtype = str(run["amp_dtype"])
+        core = time_floor(spec, amp_dtype if amp_dtype.startswith("torch.") else "torch.float32")
         collector_s = w["collectors_cpu_pct"] / 100.0 / w["frames_per_s"]
         updates_per_frame = w["updates_per_s"] / w["frames_per_s"]
         learner_s = core["update_gflop"] * updates_per_frame / core["core_peak_gflop_per_s"]

@@ -291,20 +291,21 @@ def _batch_worker(conn: Connection, spec: dict[str, Any], batch_sizes: list[int]
     conn.send(rates)
 
 
-def time_floor(spec: dict[str, Any], dtype_name: str) -> dict[str, float]:
+def time_floor(spec: dict[str, Any], dtype: str) -> dict[str, float]:
     """What one core does at the floor, in a spawned process on one thread: the FLOPs of one
     update of ``spec``'s learner (``update_gflop``, counted) and the core's GEMM peak in the
-    precision ``dtype_name`` (``fp32``, ``bf16``, ``fp16``; ``core_peak_gflop_per_s``)."""
+    precision ``dtype`` as a run's summary names it (``torch.float32``, ``torch.bfloat16``,
+    ``torch.float16``; ``core_peak_gflop_per_s``)."""
     try:
         limit = LEARNER_START_ALLOWANCE_S
-        return run_in_child(_floor_worker, (spec, dtype_name), name="learner-floor", timeout_s=limit)
+        return run_in_child(_floor_worker, (spec, dtype), name="learner-floor", timeout_s=limit)
     except ChildTimeout:
         raise RuntimeError(f"learner floor measurement did not finish in {LEARNER_START_ALLOWANCE_S:.0f} s") from None
     except ChildExited as exc:
         raise RuntimeError(f"learner floor measurement process died (exit code {exc.exitcode})") from None
 
 
-def _floor_worker(conn: Connection, spec: dict[str, Any], dtype_name: str) -> None:
+def _floor_worker(conn: Connection, spec: dict[str, Any], dtype: str) -> None:
     """Spawn target: count one eager update's FLOPs, time one thread's GEMM peak."""
     import torch
 
@@ -319,11 +320,13 @@ def _floor_worker(conn: Connection, spec: dict[str, Any], dtype_name: str) -> No
     settings = LearnerSettings(**{**spec["settings"], "compile": False, "amp": False, "device": spec["device"]})
     learner = Learner(spec["num_actions"], settings)
     batch = random_batch(spec["num_actions"], spec["frame_stack"], spec["batch_size"])
-    dtype = {name: getattr(torch, full.removeprefix("torch.")) for full, name in _DTYPE_NAMES.items()}[dtype_name]
     conn.send(
         {
             "update_gflop": update_flops(learner, batch) / 1e9,
-            "core_peak_gflop_per_s": gemm_peak_flops(dtype, device=spec["device"]) / 1e9,
+            "core_peak_gflop_per_s": gemm_peak_flops(
+                getattr(torch, dtype.removeprefix("torch.")), device=spec["device"]
+            )
+            / 1e9,
         }
     )
 

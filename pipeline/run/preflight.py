@@ -43,8 +43,6 @@ MB = 2**20
 COLLECTOR_BYTES = 400 * MB
 EVALUATOR_BYTES = 300 * MB
 LEARNER_BYTES = 700 * MB
-# Replay bytes per transition: the frame, action (u8), reward (f32), flags (u8).
-REPLAY_BYTES_PER_TRANSITION = TRANSITION_BYTES
 LOCK_NAME = "run.lock"
 
 
@@ -93,7 +91,7 @@ def footprint(cfg: Config, num_floats: int) -> RunFootprint:
     """The footprint of ``cfg`` with a network of ``num_floats`` state floats."""
     ring = RingLayout(cfg.num_processes * cfg.envs_per_collector, cfg.ring_capacity).total_bytes
     replay_in_ram = cfg.replay_device == "cpu" or (cfg.replay_device == "auto" and cfg.device == "cpu")
-    replay = cfg.replay_capacity * REPLAY_BYTES_PER_TRANSITION if replay_in_ram else 0
+    replay = cfg.replay_capacity * TRANSITION_BYTES if replay_in_ram else 0
     processes = cfg.num_processes * COLLECTOR_BYTES + LEARNER_BYTES
     if cfg.eval_interval_frames > 0:
         processes += EVALUATOR_BYTES
@@ -125,7 +123,7 @@ def check_machine(cfg: Config, num_floats: int, limits: MachineLimits | None = N
         )
     if need.memory_bytes > limits.memory_available_bytes:
         spare = limits.memory_available_bytes - need.processes_bytes
-        fits = max(0, spare * 9 // 10 // REPLAY_BYTES_PER_TRANSITION)
+        fits = max(0, spare * 9 // 10 // TRANSITION_BYTES)
         if fits >= 10_000:
             fix = f"lower --set replay_capacity=N (about {fits:,} fits) or --num-processes"
         else:
@@ -134,7 +132,7 @@ def check_machine(cfg: Config, num_floats: int, limits: MachineLimits | None = N
             fix = f"lower --num-processes (about {collectors} fit beside this replay) or replay_capacity"
         raise PreflightError(
             f"not enough memory for this run: replay {_mb(need.replay_bytes)} (replay_capacity="
-            f"{cfg.replay_capacity:,} x {REPLAY_BYTES_PER_TRANSITION / 1024:.1f} KB) + {cfg.num_processes} "
+            f"{cfg.replay_capacity:,} x {TRANSITION_BYTES / 1024:.1f} KB) + {cfg.num_processes} "
             f"collector(s), learner{' and evaluator' if cfg.eval_interval_frames > 0 else ''} "
             f"~{_mb(need.processes_bytes)} = {_mb(need.memory_bytes)}, but {_mb(limits.memory_available_bytes)} "
             f"is available; {fix}"
