@@ -33,7 +33,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import multiprocessing
-import os
 import statistics
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -43,6 +42,7 @@ from typing import Any
 
 from config import Config
 from pipeline.common.child import process_context
+from pipeline.common.cores import usable_cores
 from pipeline.common.files import atomic_write_text
 from pipeline.run.evaluator.protocol import EVAL_SEED_OFFSET, Protocol
 from pipeline.run.stage_report import StageRow, combined_values, play_stages, stages_played
@@ -170,6 +170,12 @@ def evaluate_mark(path: str, protocol: dict[str, Any]) -> dict[str, Any]:
     )
 
 
+def mark_workers(marks: int) -> int:
+    """Processes that evaluate ``marks`` marks at once: one per mark, at most one per core
+    this process may run on (a mark is one-threaded play)."""
+    return max(1, min(marks, usable_cores()))
+
+
 def evaluate_marks(run: Path, protocol: Protocol, *, workers: int | None = None) -> list[MarkResult]:
     """Every mark of ``run`` evaluated by ``protocol`` (cached ones read back), in frame order."""
     cache_path = run / EVAL_CACHE
@@ -179,7 +185,7 @@ def evaluate_marks(run: Path, protocol: Protocol, *, workers: int | None = None)
     done: dict[str, dict[str, Any]] = cache.setdefault(key, {})
     todo = [path for path in mark_files(run) if path.name not in done]
     if todo:
-        workers = workers or max(1, min(len(todo), len(os.sched_getaffinity(0))))
+        workers = workers or mark_workers(len(todo))
         children_before = set(multiprocessing.active_children())
         # Children of the fork server: they do not inherit this process's torch threads.
         with ProcessPoolExecutor(max_workers=workers, mp_context=process_context()) as pool:

@@ -29,6 +29,7 @@ from typing import IO
 import psutil
 
 from config import Config
+from pipeline.common.cores import usable_cores
 from pipeline.common.errors import UserError
 from pipeline.transport.records import RECORD_BYTES, TRANSITION_BYTES
 from pipeline.transport.ring import RingLayout
@@ -65,8 +66,7 @@ class MachineLimits:
             shm_free = stat.f_bavail * stat.f_frsize
         except OSError:  # no /dev/shm (not Linux): shared_memory falls back elsewhere
             shm_free = 2**62
-        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-        return cls(shm_free, int(psutil.virtual_memory().available), cores)
+        return cls(shm_free, int(psutil.virtual_memory().available), usable_cores())
 
 
 @dataclass(frozen=True)

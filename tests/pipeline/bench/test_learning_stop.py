@@ -17,6 +17,7 @@ import pytest
 
 from pipeline.bench.learning import EXIT_INTERRUPTED
 from pipeline.bench.learning_curves import EVAL_CACHE
+from pipeline.bench.learning_curves import mark_workers as workers_for
 from tests.conftest import wait_until
 from tests.pipeline.bench.test_learning import fake_run, start_bench
 
@@ -57,7 +58,9 @@ def test_a_signal_to_the_bench_alone_stops_its_mark_workers_and_leaves_no_proces
     # inherit SIGINT ignored, and would not see the kill -INT).
     bench = start_bench(argv)
     try:
-        wait_until(lambda: len(mark_workers(bench.pid)) == 2, 600, "the two mark workers to start", proc=bench)
+        # Two marks: a worker each, or one on a one-core box (under taskset -c 0).
+        workers = workers_for(2)
+        wait_until(lambda: len(mark_workers(bench.pid)) == workers, 600, "the mark workers to start", proc=bench)
         time.sleep(1.0)  # well into their first episodes
         os.kill(bench.pid, sig)
         _, err = bench.communicate(timeout=120)  # a safety net: a mark alone takes far longer
