@@ -86,6 +86,11 @@ class Config:
     lands with it held, see envs.wrappers.JumpRetrigger). A controller change, not the
     game's: on 1-1 a constant right+A then reaches the flag, so figures with it are not
     comparable with the field's plain joypad."""
+    sticky_actions: float = 0.0
+    """Mario: the probability that an emulator frame keeps the previous frame's buttons
+    instead of the agent's (Machado et al. 2018; the ALE v5 default is 0.25), in [0, 1);
+    0 = off. Training with it makes every start a little different (envs.wrappers.StickyActions);
+    ``eval --sticky`` and the learning benchmark's ``--sticky`` play the protocol with it."""
     max_episode_steps: int = 4000
     """Truncate an episode after this many agent steps (0 = off)."""
 
@@ -286,6 +291,7 @@ class Config:
             flag_bonus=self.flag_bonus,
             no_progress_steps=self.no_progress_steps,
             jump_retrigger=self.jump_retrigger,
+            sticky_actions=self.sticky_actions,
             max_episode_steps=self.max_episode_steps,
             stages=self.stages,
         )
@@ -303,6 +309,7 @@ SAVED_BEFORE: dict[str, Any] = {
     "acting_tau": 0.0,
     "quantiles": 0,
     "flag_bonus": 0.0,
+    "sticky_actions": 0.0,
 }
 FIELD_TYPES: dict[str, str] = {f.name: str(f.type) for f in fields(Config)}
 

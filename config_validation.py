@@ -39,15 +39,21 @@ def _summarise(problems: list[str]) -> str:
     return f"invalid configuration ({len(problems)} problems): " + " | ".join(problems)
 
 
-def _frontier_start_unfit(env_id: str) -> str | None:
-    """What makes ``env_id`` unfit for restarts near the frontier (None: fit, or an invalid
-    id, which the env id check reports)."""
+def _env_kind(env_id: str) -> str | None:
+    """The kind of ``env_id`` (:func:`envs.ids.parse_env_id`); None for an invalid id, which
+    the env id check reports."""
     from envs.ids import EnvIdError, parse_env_id
 
     try:
-        kind = parse_env_id(env_id).kind
+        return parse_env_id(env_id).kind
     except EnvIdError:
         return None
+
+
+def _frontier_start_unfit(env_id: str) -> str | None:
+    """What makes ``env_id`` unfit for restarts near the frontier (None: fit, or an invalid
+    id, which the env id check reports)."""
+    kind = _env_kind(env_id)
     if kind == "catch":
         return "Catch (it has no x position)"
     if kind == "mario_random_stages":
@@ -168,6 +174,21 @@ def validate(cfg: Any) -> None:
                 "use a fixed-stage id such as SuperMarioBros-1-1-v0, or 0 for off",
             )
         )
+    if not 0.0 <= cfg.sticky_actions < 1.0:
+        problems.append(
+            _problem("sticky_actions", cfg.sticky_actions, "must be a probability in [0, 1)", "use 0.25, or 0 for off")
+        )
+    elif cfg.sticky_actions > 0 and cfg.frontier_start_share > 0:
+        problems.append(
+            _problem(
+                "frontier_start_share",
+                cfg.frontier_start_share,
+                "replays recorded actions, which sticky_actions makes play out differently",
+                "use 0 with sticky_actions, or sticky_actions=0",
+            )
+        )
+    elif cfg.sticky_actions > 0 and _env_kind(cfg.env_id) == "catch":
+        problems.append(_problem("sticky_actions", cfg.sticky_actions, "applies to Mario ids only", "use 0"))
     if not cfg.reward_scale > 0 or cfg.reward_scale == float("inf"):
         problems.append(_problem("reward_scale", cfg.reward_scale, "must be a finite number > 0", "use e.g. 0.1"))
     if not 0 <= cfg.flag_bonus < float("inf"):

@@ -28,6 +28,7 @@ from envs.wrappers import (
     NoProgressTruncation,
     Resize,
     RewardScale,
+    StickyActions,
     TimeLimit,
 )
 
@@ -71,6 +72,7 @@ def make_env(
     flag_bonus: float = 0.0,
     no_progress_steps: int = 0,
     jump_retrigger: bool = False,
+    sticky_actions: float = 0.0,
     max_episode_steps: int | None = 0,
     stages: str = "",
     seed: int | None = None,
@@ -78,7 +80,7 @@ def make_env(
 ) -> gymnasium.Env:
     """Build the environment for ``env_id``.
 
-    Mario: ``MarioEnv [-> JumpRetrigger] -> ActionSet -> MaxAndSkip -> Grayscale -> Resize(84, 84)
+    Mario: ``MarioEnv [-> JumpRetrigger] [-> StickyActions] -> ActionSet -> MaxAndSkip -> Grayscale -> Resize(84, 84)
     [-> FlagBonus] -> RewardScale -> NoProgressTruncation -> TimeLimit``, observations ``(84, 84)``
     uint8. With ``preprocess=False`` only ``ActionSet -> MaxAndSkip`` are applied
     (``(240, 256, 3)`` RGB observations, e.g. for video). Either way the latest raw
@@ -86,7 +88,8 @@ def make_env(
 
     Catch (``Catch-v0``): already renders ``(84, 84)`` uint8 with 3 actions, so
     ``action_set``, ``frame_skip``, ``no_progress_steps`` and ``preprocess`` do not
-    apply; ``reward_scale``, ``flag_bonus`` and ``max_episode_steps`` do.
+    apply (``sticky_actions`` above 0 is refused: Catch has no emulator frames);
+    ``reward_scale``, ``flag_bonus`` and ``max_episode_steps`` do.
 
     Args:
         env_id: see :data:`envs.ENV_ID_HELP`.
@@ -100,6 +103,8 @@ def make_env(
             maximum x position; 0 disables.
         jump_retrigger: Mario only; holding A jumps again on landing
             (:class:`envs.wrappers.JumpRetrigger`, a controller change).
+        sticky_actions: Mario only; the probability that an emulator frame keeps the
+            previous frame's buttons (:class:`envs.wrappers.StickyActions`); 0 disables.
         max_episode_steps: truncate after this many agent steps; 0 or None disables.
         stages: random-stages ids only: the stages each reset draws from, as
             "world-stage" separated by commas ("1-1,1-2,1-3,1-4"); "" draws from all 32
@@ -124,6 +129,10 @@ def make_env(
     reward_scale = _check_positive("reward_scale", reward_scale)
     if not isinstance(flag_bonus, numbers.Real) or not math.isfinite(flag_bonus) or flag_bonus < 0:
         raise ValueError(f"flag_bonus must be a finite number >= 0 (0 disables), got {flag_bonus!r}")
+    if isinstance(sticky_actions, bool) or not isinstance(sticky_actions, numbers.Real) or not 0 <= sticky_actions < 1:
+        raise ValueError(f"sticky_actions must be a probability in [0, 1) (0 disables), got {sticky_actions!r}")
+    if sticky_actions and spec.kind == "catch":
+        raise ValueError(f"sticky_actions applies to Mario ids, not {env_id!r}: use 0")
 
     env: gymnasium.Env
     if spec.kind == "catch":
@@ -132,6 +141,8 @@ def make_env(
         mario: gymnasium.Env = MarioEnv(env_id, stages=[stage_name(s) for s in stage_list] or None)
         if jump_retrigger:
             mario = JumpRetrigger(mario)
+        if sticky_actions:
+            mario = StickyActions(mario, float(sticky_actions), seed)
         env = ActionSet(mario, action_set)
         if frame_skip > 1:
             env = MaxAndSkip(env, frame_skip)

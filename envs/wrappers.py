@@ -2,7 +2,7 @@
 
 Stack order (built by :func:`envs.make_env`)::
 
-    MarioEnv [-> JumpRetrigger] -> ActionSet -> MaxAndSkip -> Grayscale -> Resize [-> FlagBonus]
+    MarioEnv [-> JumpRetrigger] [-> StickyActions] -> ActionSet -> MaxAndSkip -> Grayscale -> Resize [-> FlagBonus]
              -> RewardScale -> NoProgressTruncation -> TimeLimit
 
 giving ``(84, 84)`` uint8 observations (frames are stacked later, by the replay
@@ -31,8 +31,11 @@ __all__ = [
     "NoProgressTruncation",
     "Resize",
     "RewardScale",
+    "StickyActions",
     "TimeLimit",
 ]
+
+STICKY_STREAM = 2  # the second number of the sticky draws' seed sequence (epsilon's is 1)
 
 
 class JumpRetrigger(gymnasium.Wrapper[np.ndarray, int, np.ndarray, int]):
@@ -91,6 +94,44 @@ class JumpRetrigger(gymnasium.Wrapper[np.ndarray, int, np.ndarray, int]):
         self._held_on_ground = self._held_on_ground + 1 if grounded_a else 0
         self._sent_a = sends_a
         return self.env.step(byte)
+
+
+class StickyActions(gymnasium.Wrapper[np.ndarray, int, np.ndarray, int]):
+    """Each emulator frame keeps the previous frame's buttons with probability ``p``.
+
+    The stochastic protocol of Machado et al. 2018 (the ALE's v5 default, p = 0.25): a
+    fixed stage replays identically from the same actions, so a policy can learn one
+    trajectory by heart, and an open-loop trap (a greedy policy pushing at a wall forever)
+    stays hidden; sticky frames make every start a little different, as a player's
+    timing is. The draws come from a generator of their own, reseeded by
+    ``reset(seed=s)`` with ``(s, STICKY_STREAM)``, so an episode from a seed is
+    reproducible and its draws are independent of the env's and the epsilon's. A reset
+    releases every button (the previous frame's buttons are NOOP's). Wraps the byte-level
+    env (one frame per step), below :class:`ActionSet` and the frame skip.
+    """
+
+    def __init__(self, env: gymnasium.Env[np.ndarray, int], p: float, seed: int | None = None) -> None:
+        super().__init__(env)
+        if not 0.0 <= p < 1.0:
+            raise ValueError(f"sticky action probability must be in [0, 1), got {p!r}")
+        self.p = float(p)
+        self._rng = np.random.default_rng(None if seed is None else (seed, STICKY_STREAM))
+        self._previous = 0  # the byte sent on the previous frame
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[np.ndarray, dict[str, Any]]:
+        """Reset the emulator with every button released; a seed reseeds the sticky draws."""
+        if seed is not None:
+            self._rng = np.random.default_rng((seed, STICKY_STREAM))
+        self._previous = 0
+        return self.env.reset(seed=seed, options=options)
+
+    def step(self, action: int) -> tuple[np.ndarray, SupportsFloat, bool, bool, dict[str, Any]]:
+        """Send ``action``, or with probability ``p`` the previous frame's byte again."""
+        if self._rng.random() >= self.p:
+            self._previous = int(action)
+        return self.env.step(self._previous)
 
 
 class ActionSet(gymnasium.ActionWrapper[np.ndarray, int, int]):

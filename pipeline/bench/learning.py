@@ -113,6 +113,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--max-steps", type=int, default=DEFAULT_MAX_STEPS, help="agent steps per evaluation episode")
     parser.add_argument(
+        "--sticky",
+        type=float,
+        help="play the evaluation episodes with sticky actions of this probability (0.25 is the field's "
+        "stochastic protocol; 0 plays without, whatever the run trained with; default: each run's own env)",
+    )
+    parser.add_argument(
         "--out",
         type=Path,
         default=Path("runs/learning"),
@@ -143,6 +149,8 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
             raise UserError(f"--{name.replace('_', '-')} {getattr(args, name)}: must be >= 1")
     if not 0.0 <= args.epsilon <= 1.0:
         raise UserError(f"--epsilon {args.epsilon}: must be in [0, 1], e.g. 0.05")
+    if args.sticky is not None and not 0.0 <= args.sticky < 1.0:
+        raise UserError(f"--sticky {args.sticky}: must be in [0, 1), e.g. 0.25")
     if not args.seed_list:
         raise UserError("--seeds: give at least one seed, e.g. --seeds 0,1")
     if len(set(args.seed_list)) != len(args.seed_list):
@@ -154,16 +162,18 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     # user meant, and the same command from another directory finds the same runs.
     args.out = args.out.expanduser().resolve()
     args.compare_names = [n.strip() for n in args.compare.split(",") if n.strip()] if args.compare else None
-    args.protocol = bench_protocol(args.episodes, args.epsilon, args.max_steps)
+    args.protocol = bench_protocol(args.episodes, args.epsilon, args.max_steps, args.sticky)
     return args, train_args
 
 
 def results_name(name: str, protocol: Protocol) -> str:
-    """``<name>.json`` for the default protocol, ``<name>-eps<E>x<N>[-steps<S>].json`` for another."""
+    """``<name>.json`` for the default protocol, ``<name>-eps<E>x<N>[-steps<S>][-sticky<P>].json``
+    for another."""
     if protocol == bench_protocol():
         return f"{name}.json"
     steps = f"-steps{protocol.max_steps}" if protocol.max_steps != DEFAULT_MAX_STEPS else ""
-    return f"{name}-eps{protocol.epsilon:g}x{protocol.episodes}{steps}.json"
+    sticky = "" if protocol.sticky is None else f"-sticky{protocol.sticky:g}"
+    return f"{name}-eps{protocol.epsilon:g}x{protocol.episodes}{steps}{sticky}.json"
 
 
 class Terminated(KeyboardInterrupt):

@@ -87,9 +87,12 @@ class MarkResult:
         return cls(**{k: v for k, v in values.items() if k in names})
 
 
-def bench_protocol(episodes: int = BENCH_EPISODES, epsilon: float = BENCH_EPSILON, max_steps: int = 2000) -> Protocol:
-    """The benchmark's protocol: ``episodes`` at ``epsilon`` from :data:`BENCH_FIRST_SEED` on."""
-    return Protocol(episodes=episodes, epsilon=epsilon, first_seed=BENCH_FIRST_SEED, max_steps=max_steps)
+def bench_protocol(
+    episodes: int = BENCH_EPISODES, epsilon: float = BENCH_EPSILON, max_steps: int = 2000, sticky: float | None = None
+) -> Protocol:
+    """The benchmark's protocol: ``episodes`` at ``epsilon`` from :data:`BENCH_FIRST_SEED` on
+    (with sticky actions ``sticky``; None: each run's own)."""
+    return Protocol(episodes=episodes, epsilon=epsilon, first_seed=BENCH_FIRST_SEED, max_steps=max_steps, sticky=sticky)
 
 
 def cache_key(protocol: Protocol, stages: Sequence[str] = ()) -> str:
@@ -146,7 +149,8 @@ def evaluate_mark(path: str, protocol: dict[str, Any]) -> dict[str, Any]:
         return episodes, values, greedy
 
     with single_thread_torch():
-        played = play_stages(policy.config, stages_played(policy.config, policy.env_id), play, seed=chosen.first_seed)
+        pairs = stages_played(policy.config, policy.env_id)
+        played = play_stages(chosen.played_config(policy.config), pairs, play, seed=chosen.first_seed)
     figures = protocol_figures([episode for _, (episodes, _, _) in played for episode in episodes])
     stage_values = [figures for _, (_, figures, _) in played]
     values = stage_values[0] if len(stage_values) == 1 else combined_values(stage_values)

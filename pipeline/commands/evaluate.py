@@ -12,7 +12,7 @@ Command line::
 
     python main.py eval [--checkpoint PATH|NAME] [--env ID] [--stages LIST] [--episodes N]
                         [--epsilon E] [--seed N] [--max-steps N] [--action INDEX] [--values]
-                        [--recalibrate REPLAY [--recalibrate-states N]] [--json PATH]
+                        [--recalibrate REPLAY [--recalibrate-states N]] [--sticky P] [--json PATH]
 
 ``PATH`` is a ``ckpt-<frames>.pt`` file, a mark or an export, or a run directory (its
 newest checkpoint); ``NAME`` a shipped network (``models/trained/<NAME>.pt``), and without
@@ -86,6 +86,13 @@ def _probability(text: str) -> float:
     return value
 
 
+def _sticky_probability(text: str) -> float:
+    value = _probability(text)
+    if value == 1.0:
+        raise argparse.ArgumentTypeError(f"expected a number from 0 to below 1 (1 never takes an action), got {text!r}")
+    return value
+
+
 def add_policy_arguments(parser: argparse.ArgumentParser, *, episodes: int) -> None:
     """The flags ``play`` and ``eval`` share."""
     parser.add_argument(
@@ -155,6 +162,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="random-stages ids: evaluate these stages (world-stage separated by commas, e.g. 1-1,1-2), "
         "each with --episodes episodes (default: the run's stages setting; '' is all 32)",
     )
+    parser.add_argument(
+        "--sticky",
+        type=_sticky_probability,
+        help="play with sticky actions: each emulator frame keeps the previous frame's buttons with this "
+        "probability (0.25 is the field's stochastic protocol, Machado et al. 2018; 0 plays without; "
+        "default: the run's own sticky_actions)",
+    )
     parser.add_argument("--json", help="also write the results (and per-episode lists) to this JSON file")
     return parser
 
@@ -206,7 +220,9 @@ def eval_command(argv: list[str]) -> int:
     recalibrated = (
         recalibrate_policy(policy, args.recalibrate, args.recalibrate_states, draw_seed) if args.recalibrate else None
     )
-    protocol = Protocol(episodes=args.episodes, epsilon=args.epsilon, first_seed=args.seed, max_steps=args.max_steps)
+    protocol = Protocol(
+        episodes=args.episodes, epsilon=args.epsilon, first_seed=args.seed, max_steps=args.max_steps, sticky=args.sticky
+    )
     model, player = policy.model, f"{policy.path} ({policy.frames} frames)"
     if args.action is not None:
         if args.values:
@@ -232,7 +248,7 @@ def eval_command(argv: list[str]) -> int:
         return played, None
 
     with single_thread_torch():
-        per_stage = play_stages(policy.config, pairs, play, seed=args.seed)
+        per_stage = play_stages(protocol.played_config(policy.config), pairs, play, seed=args.seed)
     if args.action is not None:
         player = f"the constant action {args.action} ({meanings[0]})"
     results = [result for _, (played, _) in per_stage for result in played]
@@ -248,7 +264,9 @@ def eval_command(argv: list[str]) -> int:
     if len(pairs) > 1:
         names = ", ".join(stage for stage, _ in pairs)
         on = f"{policy.env_id}, {len(pairs)} stages ({names}): {args.episodes} episode(s) each"
-    print(f"evaluated {player} on {on}, epsilon {args.epsilon:g}, seed {args.seed}")
+    sticky = protocol.played_config(policy.config).sticky_actions
+    sticky_text = f", sticky actions {sticky:g}" if sticky else ""
+    print(f"evaluated {player} on {on}, epsilon {args.epsilon:g}{sticky_text}, seed {args.seed}")
     print(
         f"x_pos mean {summary['mean_x_pos']:.1f} median {summary['median_x_pos']:.1f} "
         f"max {summary['max_x_pos']} | flag rate {summary['flag_rate']:.2f} | "
@@ -279,6 +297,7 @@ def eval_command(argv: list[str]) -> int:
                     "frames": policy.frames,
                     "env_id": policy.env_id,
                     "epsilon": args.epsilon,
+                    "sticky_actions": sticky,
                     "seed": args.seed,
                     "max_steps": args.max_steps,
                     "action": args.action,

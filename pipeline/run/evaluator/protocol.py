@@ -18,15 +18,22 @@ Episode ``i`` of a protocol whose first seed is ``s`` uses seed ``s + i`` twice:
 The epsilon stream is derived from the seed, not the seed itself: gymnasium seeds the
 env's generator with ``default_rng(seed)``'s exact stream, and the same stream for the
 random actions would tie every random action to the env's draws.
+
+``sticky`` plays the episodes with sticky actions (:class:`envs.wrappers.StickyActions`, the
+stochastic protocol of Machado et al. 2018; their draws are a third stream of the episode's
+seed), whatever the run trained with; None plays the run's own env.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
 
 from pipeline.learning.policy import EpisodeResult, Step, play_episode, summarise
+
+if TYPE_CHECKING:
+    from config import Config
 
 __all__ = [
     "EVAL_SEED_OFFSET",
@@ -75,12 +82,15 @@ class Protocol:
         epsilon: probability of a uniform random action at each step (0 = greedy).
         first_seed: the first episode's seed; episode ``i`` uses ``first_seed + i``.
         max_steps: agent steps after which an episode is cut (0 = only the env's limits).
+        sticky: the sticky-action probability the episodes are played with (None: the
+            run's own ``sticky_actions``).
     """
 
     episodes: int
     epsilon: float
     first_seed: int
     max_steps: int
+    sticky: float | None = None
 
     def __post_init__(self) -> None:
         if self.episodes < 1:
@@ -89,6 +99,8 @@ class Protocol:
             raise ValueError(f"epsilon must be in [0, 1], got {self.epsilon!r}")
         if self.max_steps < 0:
             raise ValueError(f"max_steps must be >= 0, got {self.max_steps!r}")
+        if self.sticky is not None and not 0.0 <= self.sticky < 1.0:
+            raise ValueError(f"sticky must be in [0, 1) or None, got {self.sticky!r}")
 
     @property
     def seeds(self) -> list[int]:
@@ -97,16 +109,19 @@ class Protocol:
     def key(self) -> str:
         """A string that names the protocol exactly (a cache key: another protocol never matches)."""
         last = self.first_seed + self.episodes - 1
-        return (
+        key = (
             f"episodes={self.episodes},epsilon={self.epsilon:g},seeds={self.first_seed}..{last},"
             f"max_steps={self.max_steps}"
         )
+        # Only when set: the keys of protocols from before sticky existed stay valid.
+        return key if self.sticky is None else f"{key},sticky={self.sticky:g}"
 
     def describe(self) -> str:
         """One line for people, e.g. ``20 episodes at epsilon 0.05 (seeds 5000000..5000019)``."""
         last = self.first_seed + self.episodes - 1
         seeds = f"seed {self.first_seed}" if self.episodes == 1 else f"seeds {self.first_seed}..{last}"
-        return f"{self.episodes} episode(s) at epsilon {self.epsilon:g} ({seeds})"
+        sticky = "" if self.sticky is None else f", sticky actions {self.sticky:g}"
+        return f"{self.episodes} episode(s) at epsilon {self.epsilon:g}{sticky} ({seeds})"
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -114,7 +129,12 @@ class Protocol:
             "epsilon": self.epsilon,
             "first_seed": self.first_seed,
             "max_steps": self.max_steps,
+            "sticky": self.sticky,
         }
+
+    def played_config(self, config: Config) -> Config:
+        """The run's ``config`` with the env settings these episodes are played in."""
+        return config if self.sticky is None else replace(config, sticky_actions=self.sticky)
 
 
 def protocol_steps(

@@ -103,6 +103,13 @@ def test_only_learning_is_routed_and_training_flags_pass_through() -> None:
         parse(["--epsilon", "2"])
     with pytest.raises(UserError, match="given twice"):
         parse(["--seeds", "1,1"])
+    with pytest.raises(UserError, match=r"--sticky 1.0: must be in \[0, 1\)"):
+        parse(["--sticky", "1"])
+    sticky, _ = parse(["--sticky", "0.25", "--epsilon", "0"])
+    assert sticky.protocol == Protocol(
+        episodes=20, epsilon=0.0, first_seed=BENCH_FIRST_SEED, max_steps=2000, sticky=0.25
+    )
+    assert results_name("x", sticky.protocol) == "x-eps0x20-sticky0.25.json"
 
 
 def test_the_fields_protocol_is_the_default_and_out_is_absolute(tmp_path: Path, monkeypatch) -> None:

@@ -58,7 +58,7 @@ def make_checkpoint(
 
 
 def replicate(
-    state: dict, env_id: str, *, episodes: int, seed: int, epsilon: float = 0.0, max_steps: int = 0
+    state: dict, env_id: str, *, episodes: int, seed: int, epsilon: float = 0.0, max_steps: int = 0, sticky: float = 0.0
 ) -> list[dict]:
     """The documented evaluation loop, written out independently of pipeline.commands.evaluate."""
     from envs import make_env, num_actions
@@ -74,6 +74,7 @@ def replicate(
         frame_skip=cfg["frame_skip"],
         no_progress_steps=cfg["no_progress_steps"],
         max_episode_steps=cfg["max_episode_steps"],
+        sticky_actions=sticky,
         seed=seed,
     )
     out = []
@@ -171,6 +172,25 @@ def test_eval_matches_an_independent_run_of_the_same_seed(tmp_path, capsys, epsi
     lines = printed.splitlines()
     assert lines[-4].split()[0] == "all"
     assert lines[-2] == f"  all: {describe_ends(ends, 4)}"
+
+
+def test_sticky_plays_the_same_seeds_with_sticky_actions_whatever_the_run_trained_with(tmp_path, capsys):
+    ckpt, state = make_checkpoint(tmp_path / "run" / "checkpoints" / "ckpt-000000001000.pt", "SuperMarioBros-1-1-v0")
+    figures = {}
+    for sticky in ("0.25", "0"):
+        out = tmp_path / f"eval-{sticky}.json"
+        # Random play (a fresh network mostly runs right, which sticky frames barely change).
+        argv = ["--checkpoint", str(ckpt), "--episodes", "2", "--seed", "3", "--epsilon", "1", "--max-steps", "40"]
+        assert eval_command([*argv, "--sticky", sticky, "--json", str(out)]) == 0
+        figures[sticky] = json.loads(out.read_text())
+        assert figures[sticky]["sticky_actions"] == float(sticky)
+        expected = replicate(
+            state, "SuperMarioBros-1-1-v0", episodes=2, seed=3, epsilon=1.0, max_steps=40, sticky=float(sticky)
+        )
+        assert figures[sticky]["per_episode"]["x_pos"] == [e["x_pos"] for e in expected]
+    assert "epsilon 1, sticky actions 0.25, seed 3" in capsys.readouterr().out
+    # The stuck frames change where the same seeds' episodes end.
+    assert figures["0.25"]["per_episode"]["x_pos"] != figures["0"]["per_episode"]["x_pos"]
 
 
 def test_a_random_stages_run_is_evaluated_on_each_listed_stage(tmp_path, capsys):

@@ -44,6 +44,15 @@ def test_seeds_are_distinct_and_named_by_the_key() -> None:
     assert protocol.key() == "episodes=20,epsilon=0.05,seeds=5000000..5000019,max_steps=2000"
     assert Protocol(episodes=20, epsilon=0.1, first_seed=5_000_000, max_steps=2000).key() != protocol.key()
     assert protocol.describe() == "20 episode(s) at epsilon 0.05 (seeds 5000000..5000019)"
+    # Sticky actions name another protocol; without them the key is the one entries cached
+    # before sticky actions existed carry.
+    sticky = Protocol(episodes=20, epsilon=0.05, first_seed=5_000_000, max_steps=2000, sticky=0.25)
+    assert sticky.key() == protocol.key() + ",sticky=0.25"
+    assert sticky.describe() == "20 episode(s) at epsilon 0.05, sticky actions 0.25 (seeds 5000000..5000019)"
+    assert Protocol(**sticky.to_dict()) == sticky and Protocol(**protocol.to_dict()) == protocol
+    assert sticky.played_config(CFG).sticky_actions == 0.25 and protocol.played_config(CFG) is CFG
+    with pytest.raises(ValueError, match="sticky"):
+        Protocol(episodes=1, epsilon=0.0, first_seed=0, max_steps=0, sticky=1.0)
     with pytest.raises(ValueError, match="episodes"):
         episode_seeds(0, 0)
     with pytest.raises(ValueError, match="epsilon"):
