@@ -10,6 +10,7 @@ import sys
 
 import pytest
 
+import config_resolution
 from config import Config
 from config_resolution import resolve_config
 from pipeline.run import tuning as T
@@ -198,3 +199,44 @@ def test_auto_times_only_the_batch_sizes_the_learning_benchmark_measured_and_say
     assert why.endswith(f"{measured} (docs/learning.md)")
     _, why = T.balance(Config(replay_ratio=8.0, batch_size=32, learning_rate=1e-4), 900.0, {32: 40.0}, cores=2)
     assert why.endswith("a setting the learning benchmark has not measured")
+
+
+@pytest.mark.parametrize(
+    ("machine", "frames_per_s", "updates_per_s"),
+    [
+        # A slow busy 2-core box: the emulator at 154 frames/s, the learner at 5 updates/s.
+        (config_resolution.Hardware(cores=2, memory_gb=24.0, gpu=False), 154.0, 5.0),
+        # A fast GPU server: 16 cores at 1,000 frames/s each, the update at 190 updates/s.
+        (config_resolution.Hardware(cores=16, memory_gb=256.0, gpu=True), 1000.0, 190.0),
+    ],
+    ids=["slow-2-core", "fast-16-core-gpu"],
+)
+def test_auto_on_a_slow_or_fast_machine_learns_with_a_measured_setting(
+    monkeypatch, machine, frames_per_s, updates_per_s
+):
+    """The whole auto resolution on fake machine figures: whatever the machine, what is
+    learned (batch, ratio, learning rate and the rest of LEARNING_AS_MEASURED) is the
+    measured setting; only collectors, threads and devices follow the machine."""
+    from config import LEARNING_AS_MEASURED
+    from pipeline.learning.learner_choice import LearnerChoice
+    from pipeline.run.preflight import MachineLimits
+
+    choice = LearnerChoice(True, True, "fake", {"eager": updates_per_s, "compiled_amp": updates_per_s})
+    monkeypatch.setattr(config_resolution, "detect_hardware", lambda: machine)
+    monkeypatch.setattr(T, "measure_emulator", lambda cfg, seconds=0.0: frames_per_s)
+    monkeypatch.setattr(T, "choose_learner", lambda cfg, device, **kw: choice)
+    monkeypatch.setattr(T, "learner_spec", lambda *a, **kw: None)
+    # Larger batches far cheaper per sample (as on a GPU): were auto to time a batch size the
+    # benchmark never measured, it would pick it, and the assertions below would fail.
+    monkeypatch.setattr(T, "time_batch_sizes", lambda spec, sizes: {b: updates_per_s * (32 / b) ** 0.5 for b in sizes})
+    limits = MachineLimits(2**40, int(machine.memory_gb * 2**30), machine.cores)
+    monkeypatch.setattr(T.MachineLimits, "probe", classmethod(lambda cls: limits))
+    monkeypatch.setattr(T, "learner_device", lambda cfg: "cpu")
+    resolved = T.resolve_for_machine({}, "auto", lambda line: None)
+    cfg = resolved.config
+    assert (cfg.batch_size, cfg.replay_ratio, cfg.learning_rate) in T.MEASURED_LEARNING
+    for name, measured in LEARNING_AS_MEASURED.items():
+        assert getattr(cfg, name) == measured, name
+    assert "tuned: " in resolved.sources["batch_size"]  # the batch came through the measurement
+    assert resolved.tuning.explanation.count("as the learning benchmark measured it") == 1
+    assert 1 <= cfg.num_processes <= machine.cores
