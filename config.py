@@ -129,12 +129,6 @@ class Config:
     """Gradient norm clip."""
     target_sync_updates: int = 2000
     """Updates between target network syncs (full state_dict, BatchNorm buffers included)."""
-    target_tau: float = 0.0
-    """Moving-average target: after every update, target += tau * (online - target), BatchNorm
-    statistics included (0 = a full copy every target_sync_updates instead)."""
-    reset_interval_updates: int = 0
-    """Shrink-and-perturb the online network every this many updates (0 = never): each
-    weight keeps 0.8 of itself and takes 0.2 of a fresh init."""
     dueling: bool = True
     """Use the dueling head."""
     quantiles: int = 32

@@ -4,7 +4,8 @@ Each option lost on the learning benchmark (docs/learning-history.md records eac
 measured left the Config with its code; this table is its one home in the config layer.
 Options left in removals (:class:`Removal`): the first after the tag ``pre-option-removal``,
 then ``bootstrap_epsilon`` after ``pre-expected-sarsa-removal``, ``epsilon_schedule`` after
-``pre-epsilon-schedule-removal``. A checkpoint saved before a
+``pre-epsilon-schedule-removal``, and the never-measured and losing options of
+``HOUSE_REMOVAL`` after ``pre-house-removal``. A checkpoint saved before a
 removal holds its fields:
 
 - at the value the code now always behaves as (``REMOVED``), or at any value where the
@@ -31,6 +32,7 @@ __all__ = [
     "ANY_VALUE",
     "EPSILON_SCHEDULE_REMOVAL",
     "EXPECTED_SARSA_REMOVAL",
+    "HOUSE_REMOVAL",
     "OPTION_REMOVAL",
     "REMOVALS",
     "REMOVED",
@@ -95,7 +97,9 @@ OPTION_REMOVAL: Final = Removal(
         "adam_eps": 1.5e-4,
         "eval_final_timeout_s": 600.0,
         "keep_checkpoints": 3,
-        "reset_shrink": 0.8,
+        # Read only by shrink-and-perturb resets (reset_interval_updates > 0), refused since
+        # pre-house-removal; every value loads where they were off.
+        "reset_shrink": ANY_VALUE,
         # A measurement's cadence, never a learning setting: the steadiness probe now measures
         # at the target-copy cadence (target_sync_updates, 2,000 by default, as it always ran).
         "steadiness_interval_updates": ANY_VALUE,
@@ -119,7 +123,18 @@ EPSILON_SCHEDULE_REMOVAL: Final = Removal(
     options={"epsilon_schedule": "linear"},
 )
 
-REMOVALS: Final = (OPTION_REMOVAL, EXPECTED_SARSA_REMOVAL, EPSILON_SCHEDULE_REMOVAL)
+# Options never measured (or never varied) on the learning benchmark, whose code nothing
+# else needed: each now always behaves as its default did.
+HOUSE_REMOVAL: Final = Removal(
+    tag="pre-house-removal",
+    commit="6412b6a",
+    options={
+        "target_tau": 0.0,  # a full target copy every target_sync_updates
+        "reset_interval_updates": 0,  # no shrink-and-perturb resets
+    },
+)
+
+REMOVALS: Final = (OPTION_REMOVAL, EXPECTED_SARSA_REMOVAL, EPSILON_SCHEDULE_REMOVAL, HOUSE_REMOVAL)
 # Every removed field -> the value the code now always behaves as, over all removals.
 REMOVED: Final[dict[str, Any]] = {name: now for removal in REMOVALS for name, now in removal.options.items()}
 # Every retired value, over all removals.

@@ -115,7 +115,6 @@ def validate(cfg: Any) -> None:
         "collector_niceness",
         "mark_interval_frames",
         "eval_interval_frames",
-        "reset_interval_updates",
         "ray_nodes",
         "eval_max_lag_frames",
     ):
@@ -151,7 +150,6 @@ def validate(cfg: Any) -> None:
         ("epsilon_start", "1.0"),
         ("epsilon_end", "0.05"),
         ("priority_alpha", "0.5"),
-        ("target_tau", "0.005"),
         ("acting_tau", "0.005"),
         ("eval_epsilon", "0.05"),
     ):

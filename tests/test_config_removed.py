@@ -12,6 +12,7 @@ from config_removed import (
     ANY_VALUE,
     EPSILON_SCHEDULE_REMOVAL,
     EXPECTED_SARSA_REMOVAL,
+    HOUSE_REMOVAL,
     OPTION_REMOVAL,
     REMOVALS,
     REMOVED,
@@ -52,6 +53,13 @@ SAVED_AT_THE_TAG = {
 }
 
 
+# HOUSE_REMOVAL's options as the code at pre-house-removal saved them by default.
+SAVED_AT_THE_HOUSE_TAG = {
+    "target_tau": 0.0,
+    "reset_interval_updates": 0,
+}
+
+
 # The runs in progress at the tag, at the defaults of the time where today's differ.
 AT_THE_TAG = Config(frontier_start_share=0.5, action_set="simple", bn_calibration_states=256, quantiles=0)
 
@@ -71,7 +79,7 @@ def refusal(name: str, value: object, what: str = "", tag: str = "pre-option-rem
 
 
 def test_the_table_names_exactly_the_removed_fields() -> None:
-    assert REMOVALS == (OPTION_REMOVAL, EXPECTED_SARSA_REMOVAL, EPSILON_SCHEDULE_REMOVAL)
+    assert REMOVALS == (OPTION_REMOVAL, EXPECTED_SARSA_REMOVAL, EPSILON_SCHEDULE_REMOVAL, HOUSE_REMOVAL)
     # Each tag's commit (git rev-parse --short TAG): the last one that has its options.
     assert (OPTION_REMOVAL.tag, OPTION_REMOVAL.commit) == ("pre-option-removal", "8669a59")
     assert (EXPECTED_SARSA_REMOVAL.tag, EXPECTED_SARSA_REMOVAL.commit) == ("pre-expected-sarsa-removal", "ce2eee8")
@@ -79,10 +87,13 @@ def test_the_table_names_exactly_the_removed_fields() -> None:
         "pre-epsilon-schedule-removal",
         "6b6114e",
     )
+    assert (HOUSE_REMOVAL.tag, HOUSE_REMOVAL.commit) == ("pre-house-removal", "6412b6a")
     assert set(OPTION_REMOVAL.options) == set(SAVED_AT_THE_TAG)
     assert dict(EXPECTED_SARSA_REMOVAL.options) == {"bootstrap_epsilon": 0.0}  # 0: the greedy bootstrap
     assert dict(EPSILON_SCHEDULE_REMOVAL.options) == {"epsilon_schedule": "linear"}
-    assert {**OPTION_REMOVAL.options, **EXPECTED_SARSA_REMOVAL.options, **EPSILON_SCHEDULE_REMOVAL.options} == REMOVED
+    assert set(HOUSE_REMOVAL.options) == set(SAVED_AT_THE_HOUSE_TAG)
+    every = (OPTION_REMOVAL, EXPECTED_SARSA_REMOVAL, EPSILON_SCHEDULE_REMOVAL, HOUSE_REMOVAL)
+    assert {name: now for removal in every for name, now in removal.options.items()} == REMOVED
     assert set(RETIRED) == set(OPTION_REMOVAL.retired)
     assert not set(REMOVED) & FIELD_NAMES  # none is a field any more
     assert set(RETIRED) <= FIELD_NAMES  # a retired value belongs to a field that stays
@@ -120,6 +131,11 @@ def test_an_option_that_acted_only_through_a_refused_one_loads_at_any_value() ->
     assert cfg.bn_calibration_states == 256
     with pytest.raises(RemovedOptionError, match="exploration='ez'"):
         Config.from_dict(saved(exploration="ez", ez_mu=3.0))
+    # The shrink of resets that were off: any value trained as today.
+    assert REMOVED["reset_shrink"] is ANY_VALUE
+    assert Config.from_dict(saved(reset_shrink=0.5, reset_interval_updates=0)).to_dict() == AT_THE_TAG.to_dict()
+    with pytest.raises(RemovedOptionError, match="reset_interval_updates=1000"):
+        Config.from_dict(saved(reset_shrink=0.5, reset_interval_updates=1000))
 
 
 def test_a_checkpoint_of_the_greedy_bootstrap_loads_and_one_of_expected_sarsa_names_its_own_tag() -> None:
@@ -192,3 +208,14 @@ def test_a_checkpoint_of_the_linear_schedule_loads_and_one_of_the_exponential_na
         Config.from_dict(saved(epsilon_schedule="exponential"), source="checkpoint runs/x/final.pt")
     expected = refusal("epsilon_schedule", "exponential", tag="pre-epsilon-schedule-removal", commit="6b6114e")
     assert str(info.value) == expected
+
+
+def test_a_checkpoint_at_the_house_removal_values_loads_and_one_past_them_names_its_tag() -> None:
+    """Runs saved at pre-house-removal hold its options: at the values the code now always
+    behaves as (every default run) they load as they were trained; at another one they were
+    trained by code that is gone."""
+    assert Config.from_dict(saved(**SAVED_AT_THE_HOUSE_TAG)).to_dict() == AT_THE_TAG.to_dict()
+    for name, value in (("target_tau", 0.01), ("reset_interval_updates", 1000)):
+        with pytest.raises(RemovedOptionError) as info:
+            Config.from_dict(saved(**{**SAVED_AT_THE_HOUSE_TAG, name: value}), source="checkpoint runs/x/final.pt")
+        assert str(info.value) == refusal(name, value, tag="pre-house-removal", commit="6412b6a")

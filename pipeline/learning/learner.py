@@ -97,9 +97,6 @@ _LOSS, _TD_ABS, _Q_SUM, _WEIGHT, _GRAD_NORM = range(5)
 # Adam's epsilon: Rainbow's (Hessel et al. 2018), which bounds a step where a gradient's second
 # moment is tiny; every run of this project used it, and no other value was ever measured.
 ADAM_EPS: float = 1.5e-4
-# Shrink-and-perturb keeps this fraction of each weight and takes the rest from a fresh
-# init (Ash and Adams 2020; 0.8 as SR-SPR's); never measured here against another value.
-RESET_SHRINK: float = 0.8
 
 
 class Learner:
@@ -114,10 +111,9 @@ class Learner:
         self.num_actions = num_actions
         self.device: torch.device = resolve_device(settings.device)
 
-        # channels_last activations: faster convs at training batch sizes (see QNetwork).
-        self.online: nn.Module = self._network(channels_last=True)
+        self.online: nn.Module = self._network()
         self.online.to(self.device).train()
-        self.target: nn.Module = self._network(channels_last=True)
+        self.target: nn.Module = self._network()
         self.target.to(self.device)
         self.target.load_state_dict(self.online.state_dict())
         self.target.eval()
@@ -139,11 +135,6 @@ class Learner:
             torch.amp.GradScaler("cuda") if self.amp_dtype == torch.float16 else None
         )
         self.updates: int = 0
-        self.resets: int = 0
-        # Floating-point state (parameters and BatchNorm statistics) of both nets, in the
-        # same order, for the moving-average target's one fused lerp per update.
-        self._online_floats = [t for t in self.online.state_dict().values() if t.is_floating_point()]
-        self._target_floats = [t for t in self.target.state_dict().values() if t.is_floating_point()]
 
         self._params: list[nn.Parameter] = list(self.online.parameters())
         # The targets and the loss forward, compiled at the first update (normally inside
@@ -260,8 +251,6 @@ class Learner:
     def copies_target_next(self) -> bool:
         """Whether the next update ends with a copy of the online net to the target (the
         update to hand calibration states to)."""
-        if self.settings.target_tau > 0:
-            return False
         return (self.updates + 1) % self.settings.target_sync_updates == 0
 
     def sync_target(self, calibration_states: CalibrationStates | None = None) -> None:
@@ -309,25 +298,6 @@ class Learner:
                 yield
             finally:
                 self.calibrated_at = calibrated_at
-
-    @torch.no_grad()
-    def shrink_and_perturb(self) -> None:
-        """``w <- shrink * w + (1 - shrink) * w_fresh`` for every online parameter, with
-        ``w_fresh`` a newly initialised network (Ash & Adams 2020; SR-SPR, BBF).
-
-        A network trained for long on early data loses plasticity (primacy bias), which
-        caps how many updates per sample help; a partial reset restores it and keeps most
-        of what was learned. BatchNorm running statistics are kept (they describe the
-        inputs, which did not change). Adam's moments belong to the old weights, so they
-        are dropped: the next step starts them afresh, as at the first update.
-        """
-        fresh = self._network().to(self.device)
-        shrink = RESET_SHRINK
-        torch._foreach_mul_(self._params, shrink)
-        torch._foreach_add_(self._params, list(fresh.parameters()), alpha=1.0 - shrink)
-        self.optimizer.state.clear()
-        self.resets += 1
-        logger.info("shrink-and-perturb reset %d at update %d (kept %.2f)", self.resets, self.updates, shrink)
 
     def state_dict(self) -> dict[str, Any]:
         """Online, target, optimizer and scaler state plus the update counter (live refs),
@@ -388,14 +358,10 @@ class Learner:
         self._metric_sums[_GRAD_NORM] += grad_norm.detach().float()
         self._metric_updates += 1
         self.updates += 1
-        if self.settings.target_tau > 0:
-            torch._foreach_lerp_(self._target_floats, self._online_floats, self.settings.target_tau)
-        elif self.updates % self.settings.target_sync_updates == 0:
+        if self.updates % self.settings.target_sync_updates == 0:
             self.sync_target(calibration_states)
         if self.acting is not None:
             self.acting.follow()
-        if self.settings.reset_interval and self.updates % self.settings.reset_interval == 0:
-            self.shrink_and_perturb()
         return td_abs
 
     def _compute_targets(self, *batch: torch.Tensor) -> torch.Tensor:
@@ -450,13 +416,15 @@ class Learner:
 
     # ------------------------------------------------------------------ helpers
 
-    def _network(self, *, channels_last: bool = False) -> QNetwork:
+    def _network(self) -> QNetwork:
+        """A new online or target network; channels_last activations: faster convs at
+        training batch sizes (see QNetwork)."""
         return QNetwork(
             self.num_actions,
             self.settings.frame_stack,
             self.settings.dueling,
             quantiles=self.settings.quantiles,
-            channels_last=channels_last,
+            channels_last=True,
         )
 
     def _batch_to_device(self, batch: BatchLike) -> tuple[torch.Tensor, ...]:

@@ -36,8 +36,6 @@ class LearnerSettings:
     target_sync_updates: int = _DEFAULTS.target_sync_updates
     dueling: bool = _DEFAULTS.dueling
     frame_stack: int = _DEFAULTS.frame_stack
-    target_tau: float = _DEFAULTS.target_tau  # moving-average target per update (0 = copy every target_sync_updates)
-    reset_interval: int = _DEFAULTS.reset_interval_updates  # shrink-and-perturb every this many updates (0 = never)
     bn_calibration_states: int = _DEFAULTS.bn_calibration_states  # precise BN over this many replay states (>= 1)
     calibration_chunk: int = _DEFAULTS.batch_size  # states per calibration forward: the training batch size
     quantiles: int = _DEFAULTS.quantiles  # QR-DQN with this many quantiles per action (0 = Q-values, Huber loss)
@@ -56,8 +54,6 @@ class LearnerSettings:
             target_sync_updates=cfg.target_sync_updates,
             dueling=cfg.dueling,
             frame_stack=cfg.frame_stack,
-            target_tau=cfg.target_tau,
-            reset_interval=cfg.reset_interval_updates,
             bn_calibration_states=cfg.bn_calibration_states,
             calibration_chunk=cfg.batch_size,
             quantiles=cfg.quantiles,

@@ -81,9 +81,6 @@ def test_the_update_that_copies_the_target_gets_states_and_calibrates_before_the
         assert torch.equal(value, net.online.state_dict()[key]), key
     assert not calibration.calibrate()  # already at this update count
 
-    averaged = Calibration(learner(target_tau=0.01), replay, seed=5, min_replay=32)
-    assert not averaged.learner.copies_target_next  # a moving-average target is never copied
-
 
 def test_a_saved_copy_gets_statistics_over_more_states_of_its_own_draw_and_training_keeps_its() -> None:
     """``for_saving``: inside, the statistics are those of SAVED_STATISTICS_STATES states
