@@ -125,8 +125,6 @@ class Config:
     """Discount factor."""
     learning_rate: float = 1e-4
     """Adam learning rate."""
-    grad_clip: float = 10.0
-    """Gradient norm clip."""
     target_sync_updates: int = 2000
     """Updates between target network syncs (full state_dict, BatchNorm buffers included)."""
     dueling: bool = True
@@ -160,12 +158,10 @@ class Config:
     """How strongly priorities skew sampling (0 = uniform)."""
     updates_per_epoch: int = 100
     """Learner updates per epoch."""
-    epsilon_start: float = 1.0
-    """Exploration epsilon at the start of training."""
     epsilon_end: float = 0.05
     """Exploration epsilon after the decay."""
     epsilon_decay_frames: int = 1_000_000
-    """Emulator frames over which epsilon falls linearly to epsilon_end."""
+    """Emulator frames over which epsilon falls linearly from 1 (pipeline.run.pacing) to epsilon_end."""
     frontier_start_share: float = 0.0
     """Share of training episodes that start at a point of the collector's furthest
     trajectory so far instead of the level's start (Go-Explore's return-then-explore; the

@@ -131,7 +131,6 @@ def validate(cfg: Any) -> None:
         "monitor_interval_s",
         "replay_ratio",
         "learning_rate",
-        "grad_clip",
     ):
         if not getattr(cfg, name) > 0 or getattr(cfg, name) == float("inf"):
             problems.append(_problem(name, getattr(cfg, name), "must be a finite number > 0", "use a positive value"))
@@ -147,7 +146,6 @@ def validate(cfg: Any) -> None:
     if not 0.0 < cfg.gamma <= 1.0:
         problems.append(_problem("gamma", cfg.gamma, "must be in (0, 1]", "use e.g. 0.99"))
     for name, example in (
-        ("epsilon_start", "1.0"),
         ("epsilon_end", "0.05"),
         ("priority_alpha", "0.5"),
         ("acting_tau", "0.005"),

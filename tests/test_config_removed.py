@@ -57,6 +57,8 @@ SAVED_AT_THE_TAG = {
 SAVED_AT_THE_HOUSE_TAG = {
     "target_tau": 0.0,
     "reset_interval_updates": 0,
+    "grad_clip": 10.0,
+    "epsilon_start": 1.0,
 }
 
 
@@ -175,6 +177,8 @@ def test_the_fixed_values_are_the_ones_the_code_uses() -> None:
     from pipeline.run import collector, pacing, run_checkpoints, run_shutdown, steadiness_watch
 
     assert REMOVED["adam_eps"] == learner.ADAM_EPS
+    assert REMOVED["grad_clip"] == learner.GRAD_CLIP
+    assert REMOVED["epsilon_start"] == pacing.EPSILON_START
     assert REMOVED["weights_check_steps"] == collector.WEIGHTS_CHECK_STEPS
     assert REMOVED["eval_final_timeout_s"] == run_shutdown.FINAL_EVALUATION_TIMEOUT_S
     assert REMOVED["priority_beta_start"] == pacing.PRIORITY_BETA_START
@@ -215,7 +219,7 @@ def test_a_checkpoint_at_the_house_removal_values_loads_and_one_past_them_names_
     behaves as (every default run) they load as they were trained; at another one they were
     trained by code that is gone."""
     assert Config.from_dict(saved(**SAVED_AT_THE_HOUSE_TAG)).to_dict() == AT_THE_TAG.to_dict()
-    for name, value in (("target_tau", 0.01), ("reset_interval_updates", 1000)):
+    for name, value in (("target_tau", 0.01), ("reset_interval_updates", 1000), ("grad_clip", 1.0)):
         with pytest.raises(RemovedOptionError) as info:
             Config.from_dict(saved(**{**SAVED_AT_THE_HOUSE_TAG, name: value}), source="checkpoint runs/x/final.pt")
         assert str(info.value) == refusal(name, value, tag="pre-house-removal", commit="6412b6a")

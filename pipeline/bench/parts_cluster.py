@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from pipeline.bench.consolidator import _flood, make_sink
-from pipeline.bench.parts_collection import CollectionParts
+from pipeline.bench.parts_collection import CollectionParts, fixed_epsilon
 from pipeline.bench.suite_base import PartResult, log
 from pipeline.common.child import ParentWatch
 
@@ -137,7 +137,7 @@ class ClusterParts(CollectionParts):
         require_ray()  # a UserError: the part cannot run without the extra
         n, epsilon = self.cfg.num_processes, self.cfg.epsilon_end
         sizes = self._collect_only_sizes(n)
-        local = self.part_config("ray-local", num_processes=n, epsilon_start=epsilon, epsilon_end=epsilon, **sizes)
+        local = self.part_config("ray-local", num_processes=n, **fixed_epsilon(epsilon), **sizes)
         log("ray: local collectors (before)")
         before = self._collect(local, "ray-local-before")
         log("ray: the same collectors through a node agent on a one-node Ray")

@@ -25,6 +25,13 @@ if TYPE_CHECKING:
 COLLECT_REPLAY_CAPACITY = 16_384
 
 
+def fixed_epsilon(epsilon: float) -> dict[str, float | int]:
+    """Config changes that make the collectors act at ``epsilon`` throughout: the schedule
+    decays over a single frame, so it is at its floor from the first frame on, long
+    before a part's window opens."""
+    return {"epsilon_end": epsilon, "epsilon_decay_frames": 1}
+
+
 def collection_figures(part: str, window: dict[str, float], before: float, after: float) -> dict[str, float]:
     """The figures the collector and pipeline parts both report, keyed as ``part`` names them.
 
@@ -91,8 +98,7 @@ class CollectionParts(SuiteBase):
         cfg = self.part_config(
             part,
             num_processes=collectors,
-            epsilon_start=epsilon,
-            epsilon_end=epsilon,
+            **fixed_epsilon(epsilon),
             **self._collect_only_sizes(collectors),
         )
         window = self._collect(cfg, part)

@@ -13,7 +13,7 @@ The parts (``--only NAME`` runs one; a comma-separated list runs several):
 ``collector``
     ONE real collector (the real :class:`~pipeline.run.trainer.Trainer`, ``train=False``,
     ``throttle=False``, so the consolidator drains the ring as fast as it fills) with
-    ``epsilon_start = epsilon_end = 0``: the Q-network runs on *every* step, the worst
+    epsilon 0 (a schedule at its floor after one frame): the Q-network runs on *every* step, the worst
     case for the collector. It is measured between two runs of the wrapped-env process
     (before and after); ``collector_efficiency = collector / mean(before, after)``.
     Its time split (emulate, preprocess, infer, write, stall, other) comes from the

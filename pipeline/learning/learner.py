@@ -16,7 +16,7 @@ One ``Learner.update(batch)`` is one optimizer step:
    (:mod:`~pipeline.learning.quantile_loss`): N target samples from the target net's
    quantiles at ``a*``, and the quantile Huber loss on the taken action's N quantiles;
    ``quantiles=0`` is the Q-value learner of steps 2 and 3 as written.
-4. ``clip_grad_norm_(grad_clip)``, Adam step, and every ``target_sync_updates`` steps a
+4. ``clip_grad_norm_(GRAD_CLIP)``, Adam step, and every ``target_sync_updates`` steps a
    full copy ``target.load_state_dict(online.state_dict())`` (BatchNorm buffers too).
 
 BatchNorm statistics (:mod:`~pipeline.learning.batchnorm_stats`):
@@ -97,6 +97,8 @@ _LOSS, _TD_ABS, _Q_SUM, _WEIGHT, _GRAD_NORM = range(5)
 # Adam's epsilon: Rainbow's (Hessel et al. 2018), which bounds a step where a gradient's second
 # moment is tiny; every run of this project used it, and no other value was ever measured.
 ADAM_EPS: float = 1.5e-4
+# The gradient norm an update clips to: every run of this project used 10, never another value.
+GRAD_CLIP: float = 10.0
 
 
 class Learner:
@@ -349,7 +351,7 @@ class Learner:
 
         if self.scaler is not None:
             self.scaler.unscale_(self.optimizer)  # clip the true gradients, not scaled ones
-        grad_norm = nn.utils.clip_grad_norm_(self._params, self.settings.grad_clip)
+        grad_norm = nn.utils.clip_grad_norm_(self._params, GRAD_CLIP)
         if self.scaler is not None:
             self.scaler.step(self.optimizer)
             self.scaler.update()

@@ -32,7 +32,6 @@ class LearnerSettings:
     """Plain learner settings, filled from the project Config by the caller."""
 
     learning_rate: float = _DEFAULTS.learning_rate
-    grad_clip: float = _DEFAULTS.grad_clip
     target_sync_updates: int = _DEFAULTS.target_sync_updates
     dueling: bool = _DEFAULTS.dueling
     frame_stack: int = _DEFAULTS.frame_stack
@@ -50,7 +49,6 @@ class LearnerSettings:
         """The learner's part of a run's :class:`config.Config`; compile/amp as decided for the machine."""
         return cls(
             learning_rate=cfg.learning_rate,
-            grad_clip=cfg.grad_clip,
             target_sync_updates=cfg.target_sync_updates,
             dueling=cfg.dueling,
             frame_stack=cfg.frame_stack,

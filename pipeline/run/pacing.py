@@ -2,8 +2,8 @@
 
 - :class:`RateLimiter`: the replay ratio (samples drawn per inserted transition), held in
   both directions between the train loop and the consolidator.
-- :func:`epsilon_at`: the exploration schedule, a linear decay over emulator frames to a
-  floor.
+- :func:`epsilon_at`: the exploration schedule, a linear decay over emulator frames from
+  :data:`EPSILON_START` to a floor.
 - :func:`next_mark`: when something done every N frames (a mark, an evaluation) is next due.
 
 Pure arithmetic on counters, so the rules are tested without processes or torch.
@@ -13,11 +13,14 @@ from __future__ import annotations
 
 from config import Config
 
+# Exploration epsilon at the start of training: every action random; never varied here.
+EPSILON_START = 1.0
+
 
 def epsilon_at(cfg: Config, frames: int) -> float:
-    """Epsilon after ``frames`` emulator frames: linear from start to end over
-    ``epsilon_decay_frames``, then constant at the floor ``epsilon_end``."""
-    start, end = cfg.epsilon_start, cfg.epsilon_end
+    """Epsilon after ``frames`` emulator frames: linear from :data:`EPSILON_START` to
+    ``epsilon_end`` over ``epsilon_decay_frames``, then constant at that floor."""
+    start, end = EPSILON_START, cfg.epsilon_end
     fraction = min(1.0, frames / cfg.epsilon_decay_frames)
     return start + fraction * (end - start)
 

@@ -5,12 +5,19 @@ from __future__ import annotations
 import pytest
 
 from config import Config
-from pipeline.run.pacing import PRIORITY_BETA_FRAMES, PRIORITY_BETA_START, RateLimiter, epsilon_at, priority_beta_at
+from pipeline.run.pacing import (
+    EPSILON_START,
+    PRIORITY_BETA_FRAMES,
+    PRIORITY_BETA_START,
+    RateLimiter,
+    epsilon_at,
+    priority_beta_at,
+)
 
 
 def test_epsilon_decays_linearly_over_frames_then_stays():
-    cfg = Config(epsilon_start=1.0, epsilon_end=0.1, epsilon_decay_frames=1000)
-    assert epsilon_at(cfg, 0) == 1.0
+    cfg = Config(epsilon_end=0.1, epsilon_decay_frames=1000)
+    assert epsilon_at(cfg, 0) == EPSILON_START == 1.0
     assert epsilon_at(cfg, 500) == pytest.approx(0.55)
     assert epsilon_at(cfg, 1000) == epsilon_at(cfg, 10**9) == pytest.approx(0.1)
 
