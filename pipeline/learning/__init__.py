@@ -1,9 +1,9 @@
 """The learning core: what turns records into a trained Q-network, and plays it back.
 
-- :mod:`~pipeline.learning.replay`: the replay memory (frames stored once, stacks and
-  n-step returns built by vectorized indexing by :mod:`~pipeline.learning.replay_transitions`;
-  prioritized sampling by :mod:`~pipeline.learning.replay_priorities` over
-  :mod:`~pipeline.learning.sum_tree`; saved and restored by :mod:`~pipeline.learning.replay_store`).
+- :mod:`~pipeline.learning.replay`: the uniform replay memory (frames stored once, stacks
+  and n-step returns built by vectorized indexing by
+  :mod:`~pipeline.learning.replay_transitions`; saved and restored by
+  :mod:`~pipeline.learning.replay_store`).
 - :mod:`~pipeline.learning.learner`: Double DQN updates, compile and AMP (the update's
   tensor functions in :mod:`~pipeline.learning.dqn_loss`, their compiled step in
   :mod:`~pipeline.learning.learner_compile`);

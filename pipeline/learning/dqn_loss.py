@@ -8,7 +8,7 @@
   mode, without gradients, around it: :func:`targets`).
 - :func:`huber_loss`: ``sum(w * huber(Q_online(s, a), target)) / max(sum(w), 1)`` with the online
   net's forward under autocast when ``amp_dtype`` is set, and the statistics the learner
-  accumulates.
+  accumulates for its monitor metrics.
 """
 
 from __future__ import annotations
@@ -72,9 +72,9 @@ def huber_loss(
     weight: torch.Tensor,
     *,
     amp_dtype: torch.dtype | None = None,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """The masked Huber loss ``sum(weight * huber(Q(s, a) - target)) / max(sum(weight), 1)``, the detached
-    statistics ``[loss, sum w|td|, sum w*q, sum w]``, and each sample's |td| (detached).
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The masked Huber loss ``sum(weight * huber(Q(s, a) - target)) / max(sum(weight), 1)`` and the
+    detached statistics ``[loss, sum w|td|, sum w*q, sum w]``.
 
     The online net's forward (train mode: batch statistics) runs under autocast to
     ``amp_dtype`` when one is given; the loss itself is computed in float32.
@@ -88,4 +88,4 @@ def huber_loss(
     q_detached = q_taken.detach()
     td_abs = (target - q_detached).abs()
     stats = torch.stack([loss.detach(), (weight * td_abs).sum(), (weight * q_detached).sum(), weight.sum()])
-    return loss, stats, td_abs
+    return loss, stats

@@ -154,12 +154,8 @@ class Learner:
 
     # ------------------------------------------------------------------ public API
 
-    def update(self, batch: BatchLike, calibration_states: CalibrationStates | None = None) -> torch.Tensor:
-        """One optimizer step on ``batch``.
-
-        Returns each sample's absolute TD error ``|target - Q(s, a)|`` (float32 ``[B]``,
-        detached, on the learner's device; no host sync): a prioritized replay's new
-        priorities.
+    def update(self, batch: BatchLike, calibration_states: CalibrationStates | None = None) -> None:
+        """One optimizer step on ``batch`` (no host sync; :meth:`pop_metrics` reads what it measured).
 
         ``calibration_states`` (replay states, see :meth:`calibrate`) are what an
         update that copies the target (:attr:`copies_target_next`) re-estimates the
@@ -167,7 +163,7 @@ class Learner:
         them copies the statistics as they are.
         """
         tensors = self._batch_to_device(batch)
-        return self.step.run(
+        self.step.run(
             lambda: self._update_step(*tensors, calibration_states=calibration_states),
             save=self._snapshot,
             restore=self._restore,
@@ -339,10 +335,10 @@ class Learner:
         weight: torch.Tensor,
         *,
         calibration_states: CalibrationStates | None = None,
-    ) -> torch.Tensor:
+    ) -> None:
         target = self._compute_targets(next_obs, ret, discount)
         self.optimizer.zero_grad(set_to_none=True)
-        loss, stats, td_abs = self.step.loss(obs, action, target, weight)
+        loss, stats = self.step.loss(obs, action, target, weight)
         if self.scaler is not None:
             self.scaler.scale(loss).backward()
         else:
@@ -364,7 +360,6 @@ class Learner:
             self.sync_target(calibration_states)
         if self.acting is not None:
             self.acting.follow()
-        return td_abs
 
     def _compute_targets(self, *batch: torch.Tensor) -> torch.Tensor:
         """Targets from ``(next_obs, ret, discount)``."""
@@ -377,7 +372,7 @@ class Learner:
             return quantile_targets(self.online, self.target, *batch)
         return double_dqn_targets(self.online, self.target, *batch)
 
-    def _loss(self, *tensors: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def _loss(self, *tensors: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         if self.settings.quantiles:
             return quantile_huber_loss(self.online, *tensors, amp_dtype=self.amp_dtype)
         return huber_loss(self.online, *tensors, amp_dtype=self.amp_dtype)

@@ -66,15 +66,15 @@ def quantile_huber_loss(
     weight: torch.Tensor,
     *,
     amp_dtype: torch.dtype | None = None,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """The weighted quantile Huber loss, the detached statistics ``[loss, sum w|td|, sum w*q,
-    sum w]`` and each sample's |td| (detached) for a target ``[B, N]``.
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The weighted quantile Huber loss and the detached statistics ``[loss, sum w|td|, sum w*q,
+    sum w]`` for a target ``[B, N]``.
 
     The statistics read as the Huber loss's do: ``q`` is the taken action's Q-value (the
     mean of its quantiles) and ``td`` the gap between the means of the target samples and
-    of those quantiles, so the monitor and a prioritized replay's priorities mean the same
-    whichever loss trains. The online net's forward runs under autocast to ``amp_dtype``
-    when one is given (its heads stay fp32); the loss is computed in float32.
+    of those quantiles, so the monitor's figures mean the same whichever loss trains. The
+    online net's forward runs under autocast to ``amp_dtype`` when one is given (its heads
+    stay fp32); the loss is computed in float32.
     """
     with loss_autocast(obs, amp_dtype):
         quantiles_all = online.quantile_values(obs)  # [B, A, N]
@@ -90,4 +90,4 @@ def quantile_huber_loss(
     q_detached = theta.detach().mean(dim=1)
     td_abs = (target.mean(dim=1) - q_detached).abs()
     stats = torch.stack([loss.detach(), (weight * td_abs).sum(), (weight * q_detached).sum(), weight.sum()])
-    return loss, stats, td_abs
+    return loss, stats

@@ -16,26 +16,20 @@ Sampling (:mod:`~pipeline.learning.replay_transitions`, which also states the ex
 for n-step targets, stacks and validity) is fully vectorized on ``device``, with no host
 synchronisation: candidates are drawn uniformly over all stored positions of all streams,
 and invalid candidates are returned with ``weight == 0`` instead of being redrawn.
-
-Prioritized replay (``prioritized=True``; :mod:`~pipeline.learning.replay_priorities`,
-which states how priorities and importance weights are set): a sum tree on ``device``
-holds one priority per slot (``stream * C + seq % C``). Candidates are drawn by stratified
-sampling over the tree instead of uniformly; validity, n-step targets and stacks are then
-computed exactly as for uniform draws. New records land with the maximum priority so far;
-:meth:`ReplayMemory.update_priorities` sets ``(|td| + eps) ** alpha`` for the sampled
-candidates, and ``Batch.weight`` carries the importance-sampling weights. ``beta`` is a
-settable attribute the trainer may anneal.
+There is no prioritized sampling: the learning benchmark never measured it on its own
+(only once, together with gamma 0.9, on an older default), so uniform draws are the only
+ones.
 
 Save and restore (:meth:`ReplayMemory.save`, :meth:`ReplayMemory.restore`,
-:meth:`ReplayMemory.load`): the stored records of every stream, the per-stream counts,
-the sampling RNG state, and the priorities with the running maximum, in a compressed
-zip written atomically (format in :mod:`pipeline.learning.replay_store`). A restored
-memory samples exactly what the saved one would have.
+:meth:`ReplayMemory.load`): the stored records of every stream, the per-stream counts
+and the sampling RNG state, in a compressed zip written atomically (format in
+:mod:`pipeline.learning.replay_store`). A restored memory samples exactly what the saved
+one would have. Files saved while prioritized replay existed still restore: the reader
+only looks up the members it needs, so their priorities and exponents are never read.
 """
 
 from __future__ import annotations
 
-import math
 import os
 from collections.abc import Iterator
 from typing import Any
@@ -43,11 +37,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from pipeline.learning.replay_priorities import INITIAL_PRIORITY, ReplayPriorities, initial_priorities
 from pipeline.learning.replay_store import DEFAULT_COMPRESSLEVEL, ReplayFileError, ReplayReader, write_replay_file
 from pipeline.learning.replay_transitions import Batch, TransitionSampler
-from pipeline.learning.sum_tree import SumTree
-from pipeline.transport.records import FLAG_FINAL, FRAME_SHAPE, RECORD_DTYPE
+from pipeline.transport.records import FRAME_SHAPE, RECORD_DTYPE
 
 __all__ = ["Batch", "ReplayFileError", "ReplayMemory"]
 
@@ -58,7 +50,7 @@ class ReplayMemory:
     ``sample(batch_size, return_index=True)`` returns ``(batch, (stream, seq))`` where
     ``stream`` and ``seq`` are int64 ``[B]`` tensors on the device naming each candidate's
     stream and absolute sequence number within that stream (0 = first record ever added
-    to it); pass it to :meth:`update_priorities` when prioritized.
+    to it).
     """
 
     def __init__(
@@ -71,10 +63,6 @@ class ReplayMemory:
         gamma: float = 0.99,
         device: str | torch.device = "cpu",
         seed: int = 0,
-        prioritized: bool = False,
-        alpha: float = 0.6,
-        beta: float = 0.4,
-        eps: float = 1e-6,
     ) -> None:
         if num_streams < 1:
             raise ValueError("num_streams must be >= 1")
@@ -82,8 +70,6 @@ class ReplayMemory:
             raise ValueError("capacity must be at least num_streams")
         if frame_stack < 1 or n_step < 1:
             raise ValueError("frame_stack and n_step must be >= 1")
-        if alpha < 0 or eps <= 0:
-            raise ValueError("alpha must be >= 0 and eps > 0")
         self.capacity_per_stream = capacity // num_streams
         self.num_streams = num_streams
         self.frame_stack = frame_stack
@@ -126,26 +112,6 @@ class ReplayMemory:
         self._generator = torch.Generator(device=dev)
         self._generator.manual_seed(seed)
 
-        self.prioritized = bool(prioritized)
-        # alpha, beta and eps are kept (and saved) by a uniform memory too, so that a file it
-        # writes can be restored into a prioritized one; the priorities get them per call.
-        self.alpha = float(alpha)
-        self.eps = float(eps)
-        self.beta = beta  # validated by the property setter
-        self._priorities = ReplayPriorities(n * c, dev) if self.prioritized else None
-
-    @property
-    def beta(self) -> float:
-        """Importance-sampling exponent in [0, 1]; settable at any time (annealed towards 1)."""
-        return self._beta
-
-    @beta.setter
-    def beta(self, value: float) -> None:
-        value = float(value)
-        if not 0.0 <= value <= 1.0:
-            raise ValueError(f"beta must be in [0, 1], got {value}")
-        self._beta = value
-
     # ------------------------------------------------------------------ bookkeeping
     def __len__(self) -> int:
         return int(np.minimum(self._count, self.capacity_per_stream).sum())
@@ -157,8 +123,7 @@ class ReplayMemory:
     @property
     def nbytes(self) -> int:
         tensors = [self._frames, self._actions, self._rewards, self._flags, self._count_dev]
-        priorities = self._priorities.nbytes if self._priorities is not None else 0
-        return sum(t.numel() * t.element_size() for t in tensors) + priorities
+        return sum(t.numel() * t.element_size() for t in tensors)
 
     @property
     def geometry(self) -> dict[str, Any]:
@@ -170,24 +135,6 @@ class ReplayMemory:
             "n_step": self.n_step,
             "gamma": self.gamma,
         }
-
-    @property
-    def max_priority(self) -> torch.Tensor:
-        """The priority new records get (0-dim float64 on the device; reading it is not a sync)."""
-        if self._priorities is None:  # a uniform memory reports the initial one
-            return torch.tensor(INITIAL_PRIORITY, dtype=torch.float64, device=self.device)
-        return self._priorities.max_priority.clone()
-
-    @property
-    def _tree(self) -> SumTree | None:
-        """The priorities' sum tree (None when uniform); tests compare it bit for bit."""
-        return self._priorities.tree if self._priorities is not None else None
-
-    def priorities(self) -> torch.Tensor:
-        """Priority of every slot, float64 ``[num_streams, C]`` (a copy; prioritized memories only)."""
-        if self._priorities is None:
-            raise RuntimeError("this replay memory is not prioritized")
-        return self._priorities.leaves().clone().view(self.num_streams, self.capacity_per_stream)
 
     def can_sample(self, batch_size: int) -> bool:
         """Host-only estimate: stored positions old enough for a full n-step window.
@@ -223,8 +170,6 @@ class ReplayMemory:
         self._write(stream, slot, keep[:head])
         if head < len(keep):
             self._write(stream, 0, keep[head:])
-        if self._priorities is not None:
-            self._priorities.landed(stream * c + slot, stream * c, head, keep["flags"])
         self._count[stream] += total
         self._count_dev[stream] = int(self._count[stream])
 
@@ -241,25 +186,17 @@ class ReplayMemory:
             dst[stream, slot:end].copy_(torch.from_numpy(src))
 
     # ------------------------------------------------------------------ sampling
-    def sample(self, batch_size: int, return_index: bool = False):
-        """Draw ``batch_size`` candidates uniformly over all stored positions (by priority
-        when prioritized).
+    def sample(
+        self, batch_size: int, return_index: bool = False
+    ) -> Batch | tuple[Batch, tuple[torch.Tensor, torch.Tensor]]:
+        """Draw ``batch_size`` candidates uniformly over all stored positions.
 
         Returns a :class:`Batch`; invalid candidates carry ``weight == 0`` (and zero
         ``ret`` and ``discount``). With ``return_index=True`` returns
         ``(batch, (stream, seq))`` identifying each candidate's position.
         """
-        sampler = self._sampler
-        if self._priorities is None:
-            stream, seq = sampler.draw_uniform(batch_size, self._generator)
-            batch, _ = sampler.transitions(stream, seq)
-        else:
-            slot, priority = self._priorities.draw(batch_size, self._generator)
-            # A slot never written maps to a negative seq; it has priority 0, hence invalid.
-            stream, seq = sampler.locate(slot)
-            # A 0-priority slot comes out only of an all-zero tree: never a transition.
-            batch, valid = sampler.transitions(stream, seq, drawable=priority > 0)
-            batch.weight = ReplayPriorities.importance_weights(priority, valid, self._beta)
+        stream, seq = self._sampler.draw_uniform(batch_size, self._generator)
+        batch = self._sampler.transitions(stream, seq)
         if return_index:
             return batch, (stream, seq)
         return batch
@@ -268,55 +205,15 @@ class ReplayMemory:
         """``count`` stacked states (uint8 ``[N, S, 84, 84]``) drawn uniformly over all
         stored positions.
 
-        Uniform even in a prioritized memory: these are the states a BatchNorm layer's
-        statistics are estimated on (:mod:`~pipeline.learning.batchnorm_stats`) and the
-        steadiness probe's (:mod:`~pipeline.learning.steadiness`), which stand for the
-        replay as a whole. Invalid candidates are kept, as a training batch keeps them in
-        its normalisation. ``generator`` (on the memory's device) draws them instead of the
-        memory's own, so that measuring does not change which batches training draws.
+        These are the states a BatchNorm layer's statistics are estimated on
+        (:mod:`~pipeline.learning.batchnorm_stats`) and the steadiness probe's
+        (:mod:`~pipeline.learning.steadiness`), which stand for the replay as a whole.
+        Invalid candidates are kept, as a training batch keeps them in its normalisation.
+        ``generator`` (on the memory's device) draws them instead of the memory's own, so
+        that measuring does not change which batches training draws.
         """
         stream, seq = self._sampler.draw_uniform(count, generator or self._generator)
-        batch, _ = self._sampler.transitions(stream, seq)
-        return batch.obs
-
-    # ------------------------------------------------------------------ priorities
-    def update_priorities(
-        self,
-        index: tuple[torch.Tensor, torch.Tensor],
-        td_errors: torch.Tensor,
-        valid: torch.Tensor | None = None,
-    ) -> None:
-        """Set the priorities of sampled candidates to ``(|td_errors| + eps) ** alpha``.
-
-        ``index`` is the ``(stream, seq)`` pair ``sample(..., return_index=True)`` returned and
-        ``td_errors`` has one value per candidate. Left unchanged: candidates whose slot has
-        been overwritten since they were sampled (the slot belongs to a newer record now),
-        FINAL records (they stay at 0), non-finite TD errors (a NaN would poison the whole
-        tree), and, when ``valid`` (bool ``[B]``, e.g. ``batch.weight > 0``) is given, the
-        invalid candidates, whose TD error is meaningless. Pass ``valid``: without it the
-        newest records of a stream, sampled before their n-step window is written, get a
-        priority from a garbage TD error. The max priority grows with the kept values.
-        For a slot listed twice, one of its values wins (unspecified which). Tensor ops on
-        the device only: no host sync.
-        """
-        if self._priorities is None:
-            raise RuntimeError("update_priorities needs a prioritized replay memory")
-        dev = self.device
-        stream, seq = (x.to(device=dev, dtype=torch.int64).reshape(-1) for x in index)
-        td = td_errors.detach().to(device=dev, dtype=torch.float64).reshape(-1)
-        if not stream.shape == seq.shape == td.shape:
-            raise ValueError(f"index and td_errors differ in length: {stream.shape[0]}, {seq.shape[0]}, {td.shape[0]}")
-        if td.numel() == 0:
-            return
-        # Which candidates may be updated is a question about the stored records, answered
-        # here; the priorities drop the non-finite TD errors and do the arithmetic.
-        count = self._count_dev[stream]
-        slot = self._sampler.slot(stream, seq)
-        keep = (seq >= count - self.capacity_per_stream) & (seq >= 0) & (seq < count)
-        keep &= (self._flags_flat[slot] & FLAG_FINAL) == 0
-        if valid is not None:
-            keep &= valid.to(device=dev, dtype=torch.bool).reshape(-1)
-        self._priorities.update(slot, td, keep, alpha=self.alpha, eps=self.eps)
+        return self._sampler.transitions(stream, seq).obs
 
     # ------------------------------------------------------------------ save / restore
     def save(self, path: str | os.PathLike[str], *, compresslevel: int = DEFAULT_COMPRESSLEVEL) -> None:
@@ -326,32 +223,18 @@ class ReplayMemory:
         every stream's stored range ``[max(0, count - C), count)`` and its slots), ``rng_state``
         (uint8, the sampling generator), and per stream ``s`` the stored slots ``[0, fill)``
         (``fill = min(count, C)``) in slot order: ``frames_s`` (uint8 ``[fill, 84, 84]``),
-        ``actions_s`` (uint8), ``rewards_s`` (float32), ``flags_s`` (uint8) and, when
-        prioritized, ``priorities_s`` (float64) plus ``max_priority`` (float64 scalar). The JSON
-        header holds the geometry, ``prioritized``, ``alpha``, ``beta``, ``eps``, ``inserted``
-        and the RNG's device type. Only stored slots are written, so a part-filled memory
-        saves small. Must not run concurrently with :meth:`add`. A CUDA memory is copied to
-        the host one stream and field at a time.
+        ``actions_s`` (uint8), ``rewards_s`` (float32) and ``flags_s`` (uint8). The JSON header
+        holds the geometry, ``inserted`` and the RNG's device type. Only stored slots are
+        written, so a part-filled memory saves small. Must not run concurrently with
+        :meth:`add`. A CUDA memory is copied to the host one stream and field at a time.
         """
         n, c = self.num_streams, self.capacity_per_stream
         count = self._count.copy()
-        header = dict(
-            self.geometry,
-            prioritized=self.prioritized,
-            alpha=self.alpha,
-            beta=self._beta,
-            eps=self.eps,
-            inserted=int(count.sum()),
-            rng_device=self.device.type,
-        )
+        header = dict(self.geometry, inserted=int(count.sum()), rng_device=self.device.type)
 
         def arrays() -> Iterator[tuple[str, np.ndarray]]:
             yield "count", count
             yield "rng_state", self._generator.get_state().numpy()
-            leaves = None
-            if self._priorities is not None:
-                yield "max_priority", self._priorities.max_priority.cpu().numpy()
-                leaves = self._priorities.leaves()
             for s in range(n):
                 fill = int(min(count[s], c))
                 # On the CPU .cpu() is the tensor itself and .numpy() a view: no copy.
@@ -359,19 +242,16 @@ class ReplayMemory:
                 yield f"actions_{s}", self._actions[s, :fill].cpu().numpy()
                 yield f"rewards_{s}", self._rewards[s, :fill].cpu().numpy()
                 yield f"flags_{s}", self._flags[s, :fill].cpu().numpy()
-                if leaves is not None:
-                    yield f"priorities_{s}", leaves[s * c : s * c + fill].cpu().numpy()
 
         write_replay_file(path, header, arrays(), compresslevel=compresslevel)
 
     def restore(self, path: str | os.PathLike[str]) -> None:
         """Replace this memory's whole state with the one saved in ``path``.
 
-        The file's geometry (:attr:`geometry`) must equal this memory's. ``prioritized`` may
-        differ: a uniform file restored into a prioritized memory gives every record the
-        initial priority (FINAL records 0); a prioritized file restored into a uniform memory
-        drops its priorities. ``alpha``, ``beta`` and ``eps`` stay this memory's (the trainer
-        owns their schedule). The sampling RNG state is restored when the file was saved
+        The file's geometry (:attr:`geometry`) must equal this memory's. A file saved with
+        prioritized replay on restores its records alone (the header's ``prioritized``,
+        ``alpha``, ``beta`` and ``eps`` and the ``max_priority`` and ``priorities_s``
+        members are not read). The sampling RNG state is restored when the file was saved
         from a memory on the same device type (CPU and CUDA generators have different
         states); otherwise this memory keeps its own generator.
 
@@ -389,14 +269,10 @@ class ReplayMemory:
         *,
         device: str | torch.device = "cpu",
         seed: int = 0,
-        prioritized: bool | None = None,
-        alpha: float = 0.6,
-        beta: float = 0.4,
-        eps: float = 1e-6,
     ) -> ReplayMemory:
         """A new memory with the geometry saved in ``path``, restored from it.
 
-        ``prioritized=None`` takes the file's. Raises :class:`ReplayFileError` like :meth:`restore`.
+        Raises :class:`ReplayFileError` like :meth:`restore`.
         """
         with ReplayReader(path) as reader:
             geo = reader.geometry()
@@ -408,10 +284,6 @@ class ReplayMemory:
                 gamma=geo["gamma"],
                 device=device,
                 seed=seed,
-                prioritized=reader.header_value("prioritized", bool) if prioritized is None else prioritized,
-                alpha=alpha,
-                beta=beta,
-                eps=eps,
             )
             memory._restore_from(reader)
         return memory
@@ -422,23 +294,16 @@ class ReplayMemory:
         count = reader.read("count", np.int64, (n,))
         if (count < 0).any() or int(count.sum()) != reader.header_value("inserted", int):
             raise reader.error(f"inconsistent record counts {count.tolist()}")
-        file_prioritized = reader.header_value("prioritized", bool)
         rng_state = None
         if reader.header_value("rng_device", str) == self.device.type:
             current = self._generator.get_state()
             rng_state = torch.from_numpy(reader.read("rng_state", np.uint8, tuple(current.shape)))
-        max_priority = INITIAL_PRIORITY
-        if self._priorities is not None and file_prioritized:
-            max_priority = float(reader.read("max_priority", np.float64, ()))
-            if not (math.isfinite(max_priority) and max_priority > 0):
-                raise reader.error(f"bad max_priority {max_priority}")
 
         # From here on an error leaves the memory empty, never half-restored. Storage is not
         # zeroed up front: the stored slots are overwritten and only the rest is zeroed below.
         self._reset_counters()
         try:
             fills = np.minimum(count, c)
-            leaves = np.zeros(n * c, dtype=np.float64) if self._priorities is not None else None
             for s in range(n):
                 fill = int(fills[s])
                 for name, storage in (
@@ -449,16 +314,6 @@ class ReplayMemory:
                 ):
                     _read_tensor(reader, f"{name}_{s}", storage[s, :fill])
                     storage[s, fill:].zero_()  # as in a new memory: sampled stacks may read it
-                if leaves is not None:
-                    mine = leaves[s * c : s * c + fill]
-                    if file_prioritized:
-                        reader.read_into(f"priorities_{s}", mine)
-                        if not (np.isfinite(mine).all() and (mine >= 0).all()):
-                            raise reader.error(f"bad priorities in stream {s}")
-                    else:
-                        mine[:] = initial_priorities(self._flags[s, :fill].cpu().numpy())
-            if self._priorities is not None:
-                self._priorities.restore(leaves, max_priority)
             self._count[:] = count
             self._count_dev.copy_(torch.from_numpy(count))
             if rng_state is not None:
@@ -468,11 +323,9 @@ class ReplayMemory:
             raise
 
     def _reset_counters(self) -> None:
-        """No records, no priorities, the initial max priority; the storage keeps its bytes."""
+        """No records; the storage keeps its bytes."""
         self._count[:] = 0
         self._count_dev.zero_()
-        if self._priorities is not None:
-            self._priorities.reset()
 
     def _clear(self) -> None:
         """Back to the state of a new memory (except the RNG): no records, zeroed storage."""

@@ -9,10 +9,9 @@ next to the code that fills it, and re-exported by :mod:`~pipeline.learning.repl
 (import it from there).
 
 Sampling is fully vectorized on the device, with no host synchronisation: candidates are
-drawn uniformly over all stored positions of all streams (or by the memory's priorities),
-their validity and n-step targets are computed with loops over the small constants
-``n_step`` and ``frame_stack`` only, and invalid candidates are marked invalid instead of
-being redrawn.
+drawn uniformly over all stored positions of all streams, their validity and n-step
+targets are computed with loops over the small constants ``n_step`` and ``frame_stack``
+only, and invalid candidates are marked invalid instead of being redrawn.
 
 Transition at position ``t`` (a step record, never a FINAL):
 
@@ -56,7 +55,7 @@ class Batch:
     ret: torch.Tensor  # float32 [B] sum_{j<k} gamma^j r_{t+j} (0 for invalid candidates)
     next_obs: torch.Tensor  # uint8 [B, S, 84, 84] stacked state at t+k
     discount: torch.Tensor  # float32 [B] gamma^k, 0 if TERMINATED within the k steps (0 if invalid)
-    weight: torch.Tensor  # float32 [B] 1 valid sample (prioritized: IS weight in (0, 1]), 0 invalid candidate
+    weight: torch.Tensor  # float32 [B] 1 valid sample, 0 invalid candidate (the loss's mask)
 
 
 class TransitionSampler:
@@ -100,19 +99,6 @@ class TransitionSampler:
         """Storage slot of record ``seq`` of ``stream`` (whether or not it is still stored)."""
         return stream * self.capacity_per_stream + torch.remainder(seq, self.capacity_per_stream)
 
-    def locate(self, slot: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(stream, seq)`` of the record now in each slot (the inverse of :meth:`slot`).
-
-        The newest record in slot ``pos``: the largest seq < count with seq % C == pos.
-        Negative (hence invalid) for a slot never written.
-        """
-        c = self.capacity_per_stream
-        stream = torch.div(slot, c, rounding_mode="floor")
-        pos = slot - stream * c
-        last = self._count[stream] - 1
-        seq = last - torch.remainder(last - pos, c)
-        return stream, seq
-
     def draw_uniform(self, b: int, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
         """``b`` candidates ``(stream, seq)`` uniform over all stored positions of all streams."""
         c = self.capacity_per_stream
@@ -144,16 +130,9 @@ class TransitionSampler:
             idx[:, s - 1 - j] = self.slot(stream, cur)
         return self._frames[idx], ok
 
-    def transitions(
-        self, stream: torch.Tensor, seq: torch.Tensor, drawable: torch.Tensor | None = None
-    ) -> tuple[Batch, torch.Tensor]:
-        """The batch for candidates ``(stream, seq)`` (weight = validity) and the validity mask.
-
-        Transitions as the module docstring defines them; prioritized sampling replaces the
-        weight with importance weights, hence the separate mask.
-
-        ``drawable`` (bool ``[B]``), when given, marks further candidates invalid.
-        """
+    def transitions(self, stream: torch.Tensor, seq: torch.Tensor) -> Batch:
+        """The batch for candidates ``(stream, seq)``, as the module docstring defines its
+        transitions; ``weight`` is each candidate's validity (1 or 0)."""
         dev = self.device
         b = stream.shape[0]
 
@@ -161,8 +140,6 @@ class TransitionSampler:
         oldest = s_count - torch.clamp(s_count, max=self.capacity_per_stream)
 
         valid = (seq >= oldest) & (seq < s_count)
-        if drawable is not None:
-            valid &= drawable
         flags_t = self._flags[self.slot(stream, seq)]
         valid &= (flags_t & FLAG_FINAL) == 0
 
@@ -205,7 +182,7 @@ class TransitionSampler:
 
         zero = torch.zeros(b, dtype=torch.float32, device=dev)
         discount = torch.where(terminal, zero, self._gamma_pow[k])
-        batch = Batch(
+        return Batch(
             obs=obs,
             action=self._actions[self.slot(stream, seq)].to(torch.int64),
             ret=torch.where(valid, ret, zero),
@@ -213,4 +190,3 @@ class TransitionSampler:
             discount=torch.where(valid, discount, zero),
             weight=valid.to(torch.float32),
         )
-        return batch, valid

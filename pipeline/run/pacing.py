@@ -25,17 +25,12 @@ def epsilon_at(cfg: Config, frames: int) -> float:
     return start + fraction * (end - start)
 
 
-# Prioritized replay's importance-sampling exponent: Schaul et al.'s (2016) 0.4 at the start,
-# annealed linearly to 1 as they do, reached at 2M frames, where the learning benchmark's runs
-# end; no other schedule was ever measured here.
+# The importance-sampling schedule prioritized replay had (Schaul et al.'s 0.4 annealed to 1
+# over 2M frames): the fixed values config_removed records for priority_beta_start and
+# priority_beta_frames. No code reads them since prioritized replay went; they stay as the
+# record those removed options are checked against.
 PRIORITY_BETA_START = 0.4
 PRIORITY_BETA_FRAMES = 2_000_000
-
-
-def priority_beta_at(frames: int) -> float:
-    """Prioritized replay's importance-sampling exponent after ``frames``: linear to 1."""
-    fraction = min(1.0, frames / PRIORITY_BETA_FRAMES)
-    return PRIORITY_BETA_START + fraction * (1.0 - PRIORITY_BETA_START)
 
 
 class RateLimiter:

@@ -42,7 +42,6 @@ from pipeline.learning.policy import network_of
 from pipeline.learning.replay import ReplayFileError, ReplayMemory
 from pipeline.learning.replay_store import ReplayReader
 from pipeline.run.monitor.monitor import Monitor
-from pipeline.run.pacing import PRIORITY_BETA_START
 from pipeline.run.preflight import RunLock, check_machine
 
 # What a checkpoint written by the trainer always holds (its "learner" also holds "online").
@@ -249,9 +248,6 @@ def build_replay(cfg: Config, num_streams: int, device: torch.device) -> ReplayM
         gamma=cfg.gamma,
         device=device,
         seed=cfg.seed,
-        prioritized=cfg.prioritized_replay,
-        alpha=cfg.priority_alpha,
-        beta=PRIORITY_BETA_START,
     )
 
 

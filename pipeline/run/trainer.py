@@ -59,7 +59,7 @@ from pipeline.run.evaluator.evaluations import Evaluations
 from pipeline.run.interrupts import StartupInterrupts
 from pipeline.run.monitor.keys import COUNTER_KEYS, LEARNER_PHASES, CounterKey, LearnerPhase
 from pipeline.run.monitor.monitor import Snapshot
-from pipeline.run.pacing import epsilon_at, next_mark, priority_beta_at
+from pipeline.run.pacing import epsilon_at, next_mark
 from pipeline.run.resources import RunResources
 from pipeline.run.run_checkpoints import checkpoint_payload, mark_payload, rolling_return, write_mark, write_periodic
 from pipeline.run.run_shutdown import drain, final_monitor_row, finish_evaluations, save_final, write_summary
@@ -177,7 +177,7 @@ class Trainer:
         cfg, stop, res = self.cfg, self.stop_event, self.resources
         assert stop is not None
         replay, learner = res.replay, res.learner
-        batch, prioritized = cfg.batch_size, replay.prioritized
+        batch = cfg.batch_size
         while not stop.is_set():
             ready = res.limiter.can_sample(replay.inserted, self.counters["samples"], batch)
             if not ready or not replay.can_sample(batch):
@@ -186,15 +186,10 @@ class Trainer:
                 self.learner_ns["wait"] += time.perf_counter_ns() - t
                 continue
             t0 = time.perf_counter_ns()
-            if prioritized:
-                sample, index = replay.sample(batch, return_index=True)
-            else:
-                sample = replay.sample(batch)
+            sample = replay.sample(batch)
             t1 = time.perf_counter_ns()
             # An update that copies the target re-estimates the statistics on these first.
-            td_errors = learner.update(sample, res.calibration.for_next_update())
-            if prioritized:  # device ops only: no host sync per update
-                replay.update_priorities(index, td_errors, valid=sample.weight > 0)
+            learner.update(sample, res.calibration.for_next_update())
             t2 = time.perf_counter_ns()
             self.learner_ns["sample"] += t1 - t0
             self.learner_ns["update"] += t2 - t1
@@ -222,8 +217,6 @@ class Trainer:
                 # Seconds since collectors were started (the learner's warm-up is separate).
                 self.startup["first transition"] = time.monotonic() - self._t0
             res.weights.epsilon = self.epsilon()
-            if res.replay.prioritized:
-                res.replay.beta = priority_beta_at(self.total("frames"))
             await self.keep_due_mark()  # before the stop check: the last mark counts
             if cfg.total_frames and self.total("frames") >= cfg.total_frames:
                 self._ask_final_evaluation()  # before the stop flag, which the evaluator would obey

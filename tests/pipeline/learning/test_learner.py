@@ -55,7 +55,7 @@ def loss_of(learner: Learner, batch: Batch) -> torch.Tensor:
     train-mode forward advances the online net's BatchNorm running statistics."""
     obs, action, ret, next_obs, discount, weight = batch_to_device(batch, learner.device)
     target = targets(learner.online, learner.step.targets, next_obs, ret, discount)
-    loss, _, _ = learner.step.loss(obs, action, target, weight)
+    loss, _ = learner.step.loss(obs, action, target, weight)
     return loss
 
 
@@ -130,16 +130,18 @@ def test_double_dqn_loss_matches_hand_computation() -> None:
     assert not torch.allclose(vanilla, expected)
 
 
-def test_update_returns_each_samples_td_error() -> None:
-    """The priorities a prioritized replay gets: |target - Q(s, a)| per sample, before the step."""
+def test_td_and_q_metrics_are_means_over_the_valid_samples_before_the_step() -> None:
+    """What the monitor shows as td_abs and q_mean: |target - Q(s, a)| and Q(s, a) of the
+    valid samples, as they were before the update's step."""
     learner = make_learner()
     perturb(learner.target, seed=2)
     batch = make_batch(size=8, valid=6)
     online_copy, target_copy = copy.deepcopy(learner.online), copy.deepcopy(learner.target)
     y, q = reference_target_and_q(online_copy, target_copy, batch)
-    td = learner.update(batch)
-    assert td.shape == (8,) and td.dtype == torch.float32 and not td.requires_grad
-    torch.testing.assert_close(td, (y - q).detach().abs(), rtol=1e-5, atol=1e-5)
+    assert learner.update(batch) is None
+    metrics = learner.pop_metrics()
+    assert metrics["td_abs"] == pytest.approx((y - q)[:6].abs().mean().item(), rel=1e-5, abs=1e-5)
+    assert metrics["q_mean"] == pytest.approx(q[:6].mean().item(), rel=1e-5, abs=1e-5)
 
 
 def test_loss_decreases_when_overfitting_a_fixed_batch() -> None:
@@ -328,8 +330,8 @@ def test_amp_targets_are_computed_in_float32() -> None:
     got = targets(amp.online, amp.step.targets, next_obs, ret, discount)
     assert got.dtype == torch.float32
     assert torch.equal(got, expected)
-    loss_amp, _, _ = amp.step.loss(obs, action, got, weight)
-    loss_fp32, _, _ = fp32.step.loss(obs, action, got, weight)
+    loss_amp, _ = amp.step.loss(obs, action, got, weight)
+    loss_fp32, _ = fp32.step.loss(obs, action, got, weight)
     assert loss_amp.item() != loss_fp32.item()  # the loss's forward is the part in bf16
 
 

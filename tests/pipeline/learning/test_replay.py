@@ -10,6 +10,7 @@ import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from torch.overrides import TorchFunctionMode
 
 from pipeline.learning.replay import Batch, ReplayMemory
 from pipeline.transport.records import (
@@ -419,3 +420,46 @@ def test_empty_memory_samples_all_invalid_and_seed_is_deterministic():
         m.add(1, arr[:9])
         outs.append(m.sample(64, return_index=True)[1])
     assert torch.equal(outs[0][0], outs[1][0]) and torch.equal(outs[0][1], outs[1][1])
+
+
+class CountTorchCalls(TorchFunctionMode):
+    """Counts every torch function and Tensor method call made inside the ``with`` block."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls = 0
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        self.calls += 1
+        return func(*args, **(kwargs or {}))
+
+
+def test_sampling_uses_a_batch_independent_number_of_ops():
+    """Vectorized: no Python loop over the candidates, whatever the batch size."""
+    ids = IdCounter()
+    mem = ReplayMemory(2 * 60, 2, frame_stack=4, n_step=3)
+    for s in range(2):
+        mem.add(s, to_array(build_stream([(12, "term"), (9, "cut"), (30, "open")], ids, random.Random(s))))
+    counts = []
+    for b in (16, 4096):
+        with CountTorchCalls() as calls:
+            batch = mem.sample(b)
+        counts.append(calls.calls)
+        assert batch.obs.shape[0] == b
+    assert counts[0] == counts[1] > 0
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_sampling_does_not_synchronize():
+    mem = ReplayMemory(4000, 4, device="cuda")
+    ids = IdCounter()
+    for s in range(4):
+        mem.add(s, to_array(build_stream([(60, "term")] * 10, ids, random.Random(s))))
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        for _ in range(3):
+            mem.sample(512)
+            mem.sample_states(256)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")

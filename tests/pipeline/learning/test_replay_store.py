@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-import dataclasses
 import io
 import os
 import random
 import struct
 import zipfile
+from collections.abc import Iterator
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -35,20 +36,16 @@ def make_streams(seed: int = 0) -> list[list]:
     ]
 
 
-def filled_memory(prioritized: bool = False, seed: int = 0, **kw) -> tuple[ReplayMemory, list, list[int]]:
+def filled_memory(seed: int = 0) -> tuple[ReplayMemory, list, list[int]]:
     """A memory holding a prefix of each stream; returns it, the streams and the written lengths."""
     streams = make_streams(seed)
-    mem = ReplayMemory(3 * C, 3, seed=seed, prioritized=prioritized, **GEOMETRY, **kw)
+    mem = ReplayMemory(3 * C, 3, seed=seed, **GEOMETRY)
     written = [len(streams[0]) - 10, len(streams[1]), 0]
     assert written[0] > 2 * C  # wrapped more than once
     for s, n in enumerate(written):
         arr = to_array(streams[s][:n])
         for lo in range(0, n, 9):
             mem.add(s, arr[lo : lo + 9])
-    if prioritized:  # some history: sampled and updated priorities, a raised max priority
-        for i in range(4):
-            batch, index = mem.sample(32, return_index=True)
-            mem.update_priorities(index, torch.linspace(-3.0 * (i + 1), 2.0, 32), valid=batch.weight > 0)
     mem.sample(17)  # advance the RNG: the saved state is not the seed's
     return mem, streams, written
 
@@ -68,20 +65,16 @@ def assert_same_state(a: ReplayMemory, b: ReplayMemory) -> None:
     for name in ("_frames", "_actions", "_rewards", "_flags"):
         assert torch.equal(getattr(a, name), getattr(b, name)), name
     assert torch.equal(a._generator.get_state(), b._generator.get_state())
-    if a.prioritized and b.prioritized:
-        assert torch.equal(a._tree.tree, b._tree.tree)  # bit-identical, inner sums included
-        assert torch.equal(a.max_priority, b.max_priority)
 
 
 # ---------------------------------------------------------------------------- round trips
 
 
-@pytest.mark.parametrize("prioritized", [False, True])
-def test_round_trip_is_exact_and_continues_identically(tmp_path, prioritized):
-    mem, streams, written = filled_memory(prioritized)
+def test_round_trip_is_exact_and_continues_identically(tmp_path):
+    mem, streams, written = filled_memory()
     path = tmp_path / "replay.npz"
     mem.save(path)
-    other, _, _ = filled_memory(prioritized, seed=7)  # a used memory: restore replaces everything
+    other, _, _ = filled_memory(seed=7)  # a used memory: restore replaces everything
     other._frames[2].fill_(99)  # unwritten slots of stream 2 too
     other.restore(path)
     assert_same_state(mem, other)
@@ -90,8 +83,6 @@ def test_round_trip_is_exact_and_continues_identically(tmp_path, prioritized):
     # The restored batches are right, not just equal: episodes, cuts and the wrapped ring.
     hists = [streams[s][: written[s]] for s in range(3)]
     batch, index = other.sample(256, return_index=True)
-    if prioritized:
-        batch = dataclasses.replace(batch, weight=(batch.weight > 0).float())
     valid = check_batch(other, hists, C, 3, 3, 0.9, batch, index, episode_of_ids(streams))
     assert valid > 0
     mem.sample(256)  # keep the two RNGs in step
@@ -102,25 +93,18 @@ def test_round_trip_is_exact_and_continues_identically(tmp_path, prioritized):
         for m in (mem, other):
             for lo in range(0, len(rest), 4):
                 m.add(s, rest[lo : lo + 4])
-    if prioritized:
-        for _ in range(3):
-            for m in (mem, other):
-                batch, index = m.sample(64, return_index=True)
-                m.update_priorities(index, batch.ret * 2 - 1, valid=batch.weight > 0)
     assert_same_state(mem, other)
     assert_same_batches(mem, other)
 
 
 def test_load_builds_the_memory_from_the_file(tmp_path):
-    mem, _, _ = filled_memory(prioritized=True)
+    mem, _, _ = filled_memory()
     path = tmp_path / "r.npz"
     mem.save(path)
-    loaded = ReplayMemory.load(path, beta=mem.beta)
-    assert loaded.prioritized and loaded.geometry == mem.geometry
+    loaded = ReplayMemory.load(path)
+    assert loaded.geometry == mem.geometry
     assert_same_state(mem, loaded)
     assert_same_batches(mem, loaded)
-    uniform = ReplayMemory.load(path, prioritized=False)
-    assert not uniform.prioritized and uniform.inserted == mem.inserted
 
 
 def test_empty_and_part_filled_memories_save_small(tmp_path):
@@ -142,21 +126,54 @@ def test_empty_and_part_filled_memories_save_small(tmp_path):
     assert_same_state(big, restored)
 
 
-@pytest.mark.parametrize("saved_prioritized", [False, True])
-def test_prioritized_flag_may_differ(tmp_path, saved_prioritized):
-    mem, _, _ = filled_memory(prioritized=saved_prioritized)
+def old_format_copy(new: Path, old: Path, *, prioritized: bool) -> None:
+    """Rewrite the file ``new`` as the code with prioritized replay saved it: the header with
+    ``prioritized``, ``alpha``, ``beta`` and ``eps`` and, when prioritized, a ``max_priority``
+    member after ``rng_state`` and a ``priorities_s`` member after each ``flags_s``."""
+    with ReplayReader(new) as reader:
+        header = {k: v for k, v in reader.header.items() if k not in ("format", "version")}
+    header.update(prioritized=prioritized, alpha=0.6, beta=0.4, eps=1e-6)
+    rng = np.random.default_rng(0)
+
+    def arrays() -> Iterator[tuple[str, np.ndarray]]:
+        with np.load(new, allow_pickle=False) as npz:
+            for name in npz.files:
+                if name == "header.json":
+                    continue
+                yield name, npz[name]
+                if prioritized and name == "rng_state":
+                    yield "max_priority", np.array(np.nan)  # nonsense: it must not even be read
+                if prioritized and name.startswith("flags_"):
+                    yield f"priorities_{name[6:]}", rng.exponential(1.0, npz[name].shape[0])
+
+    write_replay_file(old, header, list(arrays()))
+
+
+@pytest.mark.parametrize("prioritized", [False, True])
+def test_a_file_saved_with_the_prioritized_replay_fields_restores(tmp_path, prioritized):
+    """Replays saved while prioritized replay existed resume runs: their records and RNG state
+    restore exactly and the priorities and exponents are ignored."""
+    mem, _, _ = filled_memory()
+    mem.save(tmp_path / "new.npz")
+    old = tmp_path / "old.npz"
+    old_format_copy(tmp_path / "new.npz", old, prioritized=prioritized)
+    with zipfile.ZipFile(old) as zf:
+        assert ("priorities_0.npy" in zf.namelist()) is prioritized
+    other, _, _ = filled_memory(seed=7)
+    other.restore(old)
+    assert_same_state(mem, other)
+    assert_same_batches(mem, other)
+    loaded = ReplayMemory.load(old)
+    assert loaded.geometry == mem.geometry and loaded.inserted == mem.inserted
+
+
+def test_a_new_file_holds_no_priorities(tmp_path):
+    mem, _, _ = filled_memory()
     mem.save(tmp_path / "r.npz")
-    other = ReplayMemory(3 * C, 3, prioritized=not saved_prioritized, **GEOMETRY)
-    other.restore(tmp_path / "r.npz")
-    assert other.inserted == mem.inserted
-    for name in ("_frames", "_actions", "_rewards", "_flags"):
-        assert torch.equal(getattr(mem, name), getattr(other, name))
-    if other.prioritized:  # records from a uniform file: initial priority, FINAL 0, empty slots 0
-        pri = other.priorities()
-        final = (other._flags & 8) != 0
-        stored = torch.arange(C)[None, :] < torch.from_numpy(np.minimum(other._count, C))[:, None]
-        assert torch.equal(pri, torch.where(stored & ~final, 1.0, 0.0).double())
-        assert other.max_priority.item() == 1.0
+    with ReplayReader(tmp_path / "r.npz") as reader:
+        assert not {"prioritized", "alpha", "beta", "eps"} & reader.header.keys()
+    with zipfile.ZipFile(tmp_path / "r.npz") as zf:
+        assert not [n for n in zf.namelist() if "priorit" in n]
 
 
 def test_file_is_a_plain_npz_without_pickles(tmp_path):
@@ -278,7 +295,7 @@ def test_missing_file_and_foreign_zip(tmp_path):
 def test_wrong_member_dtype_or_shape_is_rejected_before_reading(tmp_path):
     """A member holding a pickled object array (or the wrong shape) is refused from its .npy header."""
     mem, _, _ = filled_memory()
-    header = dict(mem.geometry, prioritized=False, alpha=0.6, beta=0.4, eps=1e-6, inserted=3, rng_device="cpu")
+    header = dict(mem.geometry, inserted=3, rng_device="cpu")
     path = tmp_path / "evil.npz"
     write_replay_file(path, header, [("count", np.array([1, 2, 0]))])
     with zipfile.ZipFile(path, "a") as zf, zf.open("rng_state.npy", "w") as member:
@@ -300,7 +317,7 @@ def test_wrong_member_dtype_or_shape_is_rejected_before_reading(tmp_path):
 def test_header_geometry_is_range_checked(tmp_path):
     """A header whose geometry is out of range is refused by name, before any memory is built."""
     mem, _, _ = filled_memory()
-    header = dict(mem.geometry, prioritized=False, alpha=0.6, beta=0.4, eps=1e-6, inserted=0, rng_device="cpu")
+    header = dict(mem.geometry, inserted=0, rng_device="cpu")
     path = tmp_path / "r.npz"
     write_replay_file(path, header, [])
     with ReplayReader(path) as reader:

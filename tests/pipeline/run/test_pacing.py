@@ -5,14 +5,7 @@ from __future__ import annotations
 import pytest
 
 from config import Config
-from pipeline.run.pacing import (
-    EPSILON_START,
-    PRIORITY_BETA_FRAMES,
-    PRIORITY_BETA_START,
-    RateLimiter,
-    epsilon_at,
-    priority_beta_at,
-)
+from pipeline.run.pacing import EPSILON_START, RateLimiter, epsilon_at
 
 
 def test_epsilon_decays_linearly_over_frames_then_stays():
@@ -20,13 +13,6 @@ def test_epsilon_decays_linearly_over_frames_then_stays():
     assert epsilon_at(cfg, 0) == EPSILON_START == 1.0
     assert epsilon_at(cfg, 500) == pytest.approx(0.55)
     assert epsilon_at(cfg, 1000) == epsilon_at(cfg, 10**9) == pytest.approx(0.1)
-
-
-def test_priority_beta_anneals_linearly_to_one_then_stays():
-    assert (PRIORITY_BETA_START, PRIORITY_BETA_FRAMES) == (0.4, 2_000_000)
-    assert priority_beta_at(0) == pytest.approx(0.4)
-    assert priority_beta_at(1_000_000) == pytest.approx(0.7)
-    assert priority_beta_at(2_000_000) == priority_beta_at(10**9) == pytest.approx(1.0)
 
 
 def test_limiter_holds_the_ratio_in_both_directions():

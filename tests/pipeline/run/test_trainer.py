@@ -276,26 +276,6 @@ def test_sigint_stops_cleanly_and_resume_continues_counters(tmp_path):
 
 
 @pytest.mark.slow
-def test_prioritized_replay_gets_the_learners_td_errors_as_priorities(tmp_path):
-    """With prioritized_replay on, the learner's TD errors become the replay's priorities:
-    the saved replay holds many distinct priorities (all new records start at one value)."""
-    from pipeline.learning.replay import ReplayMemory
-
-    result = run_main(
-        ["--preset", "tiny", "--run-dir", str(tmp_path), "--run-name", "per"]
-        + ["--total-frames", "1500", "--monitor", "log", "--set", "prioritized_replay=true"],
-        cwd=ROOT,
-        timeout_s=900,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    replay = ReplayMemory.load(tmp_path / "per" / "checkpoints" / "replay.npz")
-    assert replay.prioritized
-    priorities = replay.priorities()
-    stored = priorities[priorities > 0]
-    assert stored.unique().numel() > 100, stored.unique()[:10]
-
-
-@pytest.mark.slow
 def test_a_q_value_run_learns_catch_and_its_checkpoint_plays(tmp_path):
     """With quantiles=0 the whole system trains the Q-value learner (Double DQN, the Huber
     loss), as every run saved before QR-DQN became the default did: the checkpoint keeps
