@@ -74,18 +74,8 @@ class Config:
     """Emulator frames per agent step (the action repeats; max over the last two frames)."""
     reward_scale: float = 0.1
     """Multiplier applied to the game's reward before it is stored."""
-    flag_bonus: float = 0.0
-    """Game units added to the reward of the step that reaches the flag (the axe on castle
-    stages), before reward_scale; 0 = off. The game's reward values the end of a stage at
-    almost nothing where it comes right after the last obstacle (1-4's Bowser): see
-    envs.wrappers.FlagBonus. Public Mario agents use +50 (docs/learning.md)."""
     no_progress_steps: int = 200
     """Truncate an episode after this many agent steps without new x progress (0 = off)."""
-    jump_retrigger: bool = False
-    """Mario: holding A jumps again on landing (A is released for one frame when Mario
-    lands with it held, see envs.wrappers.JumpRetrigger). A controller change, not the
-    game's: on 1-1 a constant right+A then reaches the flag, so figures with it are not
-    comparable with the field's plain joypad."""
     sticky_actions: float = 0.0
     """Mario: the probability that an emulator frame keeps the previous frame's buttons
     instead of the agent's (Machado et al. 2018; the ALE v5 default is 0.25), in [0, 1);
@@ -151,11 +141,6 @@ class Config:
     calibrated for its own weights at every publish (BBF acts with such an average at
     0.005). Churn per publish 0.11 against 0.37-0.42 at the same x_pos on two seeds to 2M
     (docs/learning-history.md). 0 = act with the online weights."""
-    prioritized_replay: bool = False
-    """Prioritized replay: draw transitions in proportion to (|TD error| + eps) ** alpha and
-    weight their loss by importance sampling (proportional PER on a sum tree)."""
-    priority_alpha: float = 0.5
-    """How strongly priorities skew sampling (0 = uniform)."""
     updates_per_epoch: int = 100
     """Learner updates per epoch."""
     epsilon_end: float = 0.05
@@ -168,10 +153,6 @@ class Config:
     collector replays the recorded actions to get there: replayed_frames counts the cost).
     0 = off; needs a fixed-stage or full-game Mario id. Evaluation always starts at the
     level's start."""
-    frontier_start_points: str = "uniform"
-    """Where on that trajectory such an episode starts: uniform (any step alike) or ends
-    (10-40 agent steps before where one of the collector's last 64 training episodes ended
-    without the flag, so the obstacles it fails at now are met most)."""
 
     # --- compute -----------------------------------------------------------------------
     device: str = "auto"
@@ -278,9 +259,7 @@ class Config:
             action_set=self.action_set,
             frame_skip=self.frame_skip,
             reward_scale=self.reward_scale if reward_scale is None else reward_scale,
-            flag_bonus=self.flag_bonus,
             no_progress_steps=self.no_progress_steps,
-            jump_retrigger=self.jump_retrigger,
             sticky_actions=self.sticky_actions,
             max_episode_steps=self.max_episode_steps,
             stages=self.stages,
@@ -293,12 +272,9 @@ FIELD_NAMES: frozenset[str] = frozenset(f.name for f in fields(Config))
 # are config_removed's: a saved config is read through both (``Config.from_dict``).
 SAVED_BEFORE: dict[str, Any] = {
     "frontier_start_share": 0.0,
-    "frontier_start_points": "uniform",
-    "jump_retrigger": False,
     "bn_calibration_states": 0,
     "acting_tau": 0.0,
     "quantiles": 0,
-    "flag_bonus": 0.0,
     "sticky_actions": 0.0,
 }
 FIELD_TYPES: dict[str, str] = {f.name: str(f.type) for f in fields(Config)}

@@ -92,8 +92,8 @@ OPTION_REMOVAL: Final = Removal(
         "steadiness_batchings": 4,
         "weights_check_steps": 200,
         "model_update_frequency": 1,
-        "priority_beta_start": 0.4,
-        "priority_beta_frames": 2_000_000,
+        "priority_beta_start": ANY_VALUE,  # read only by prioritized_replay (refused since pre-house-removal)
+        "priority_beta_frames": ANY_VALUE,  # read only by prioritized_replay
         "adam_eps": 1.5e-4,
         "eval_final_timeout_s": 600.0,
         "keep_checkpoints": 3,
@@ -132,6 +132,14 @@ HOUSE_REMOVAL: Final = Removal(
         # Never measured.
         "target_tau": 0.0,  # a full target copy every target_sync_updates
         "reset_interval_updates": 0,  # no shrink-and-perturb resets
+        # Measured only once, with gamma 0.9 on an older default: uniform replay.
+        "prioritized_replay": False,
+        "priority_alpha": ANY_VALUE,  # read only by prioritized_replay
+        "flag_bonus": 0.0,  # the game's reward alone (its 1-4 screen stopped at 0.25M)
+        # Measured, no win: restarts before where episodes end (qr32-ends-stage-1-3, 782 at
+        # 1M against 764) and the retriggered jump (about what a constant right+A gets).
+        "frontier_start_points": "uniform",
+        "jump_retrigger": False,
         # Never varied: now constants where the code uses them.
         "grad_clip": 10.0,  # pipeline.learning.learner.GRAD_CLIP
         "epsilon_start": 1.0,  # pipeline.run.pacing.EPSILON_START

@@ -21,7 +21,6 @@ SWITCH_VALUES: tuple[str, ...] = ("auto", "on", "off")  # compile and amp
 DEVICES: tuple[str, ...] = ("cpu", "cuda", "auto")
 MONITORS: tuple[str, ...] = ("auto", "table", "log", "off")
 BACKENDS: tuple[str, ...] = ("local", "ray")
-RESTART_POINTS: tuple[str, ...] = ("uniform", "ends")  # where on the trajectory a frontier start is drawn
 
 
 class ConfigError(ValueError):
@@ -147,7 +146,6 @@ def validate(cfg: Any) -> None:
         problems.append(_problem("gamma", cfg.gamma, "must be in (0, 1]", "use e.g. 0.99"))
     for name, example in (
         ("epsilon_end", "0.05"),
-        ("priority_alpha", "0.5"),
         ("acting_tau", "0.005"),
         ("eval_epsilon", "0.05"),
     ):
@@ -187,8 +185,6 @@ def validate(cfg: Any) -> None:
         problems.append(_problem("sticky_actions", cfg.sticky_actions, "applies to Mario ids only", "use 0"))
     if not cfg.reward_scale > 0 or cfg.reward_scale == float("inf"):
         problems.append(_problem("reward_scale", cfg.reward_scale, "must be a finite number > 0", "use e.g. 0.1"))
-    if not 0 <= cfg.flag_bonus < float("inf"):
-        problems.append(_problem("flag_bonus", cfg.flag_bonus, "must be a finite number >= 0", "use 0 (off) or 50"))
     from envs import ACTION_SET_NAMES, DEFAULT_ACTION_SET, EnvIdError, StagesError, check_stages, validate_env_id
 
     if cfg.action_set not in ACTION_SET_NAMES:
@@ -207,7 +203,6 @@ def validate(cfg: Any) -> None:
         ("compile", SWITCH_VALUES),
         ("amp", SWITCH_VALUES),
         ("backend", BACKENDS),
-        ("frontier_start_points", RESTART_POINTS),
     ):
         if getattr(cfg, name) not in allowed:
             problems.append(

@@ -21,9 +21,7 @@ from envs.mario import MarioEnv
 from envs.stages import check_stages, stage_name
 from envs.wrappers import (
     ActionSet,
-    FlagBonus,
     Grayscale,
-    JumpRetrigger,
     MaxAndSkip,
     NoProgressTruncation,
     Resize,
@@ -69,9 +67,7 @@ def make_env(
     action_set: str = DEFAULT_ACTION_SET,
     frame_skip: int = 4,
     reward_scale: float = 1.0,
-    flag_bonus: float = 0.0,
     no_progress_steps: int = 0,
-    jump_retrigger: bool = False,
     sticky_actions: float = 0.0,
     max_episode_steps: int | None = 0,
     stages: str = "",
@@ -80,8 +76,8 @@ def make_env(
 ) -> gymnasium.Env:
     """Build the environment for ``env_id``.
 
-    Mario: ``MarioEnv [-> JumpRetrigger] [-> StickyActions] -> ActionSet -> MaxAndSkip -> Grayscale -> Resize(84, 84)
-    [-> FlagBonus] -> RewardScale -> NoProgressTruncation -> TimeLimit``, observations ``(84, 84)``
+    Mario: ``MarioEnv [-> StickyActions] -> ActionSet -> MaxAndSkip -> Grayscale -> Resize(84, 84)
+    -> RewardScale -> NoProgressTruncation -> TimeLimit``, observations ``(84, 84)``
     uint8. With ``preprocess=False`` only ``ActionSet -> MaxAndSkip`` are applied
     (``(240, 256, 3)`` RGB observations, e.g. for video). Either way the latest raw
     colour frame is ``env.unwrapped.last_rgb``.
@@ -89,20 +85,15 @@ def make_env(
     Catch (``Catch-v0``): already renders ``(84, 84)`` uint8 with 3 actions, so
     ``action_set``, ``frame_skip``, ``no_progress_steps`` and ``preprocess`` do not
     apply (``sticky_actions`` above 0 is refused: Catch has no emulator frames);
-    ``reward_scale``, ``flag_bonus`` and ``max_episode_steps`` do.
+    ``reward_scale`` and ``max_episode_steps`` do.
 
     Args:
         env_id: see :data:`envs.ENV_ID_HELP`.
         action_set: "right_jump", "right_only", "simple" or "complex".
         frame_skip: emulator frames per agent step (1 = no skipping).
         reward_scale: factor applied to every reward (> 0).
-        flag_bonus: added to the reward of the step that reaches the flag (the axe on
-            castle stages), in game units, before ``reward_scale``; 0 disables
-            (:class:`envs.wrappers.FlagBonus`).
         no_progress_steps: truncate after this many agent steps without a new
             maximum x position; 0 disables.
-        jump_retrigger: Mario only; holding A jumps again on landing
-            (:class:`envs.wrappers.JumpRetrigger`, a controller change).
         sticky_actions: Mario only; the probability that an emulator frame keeps the
             previous frame's buttons (:class:`envs.wrappers.StickyActions`); 0 disables.
         max_episode_steps: truncate after this many agent steps; 0 or None disables.
@@ -127,8 +118,6 @@ def make_env(
     no_progress_steps = _check_int("no_progress_steps", no_progress_steps, 0)
     max_episode_steps = _check_int("max_episode_steps", max_episode_steps or 0, 0)
     reward_scale = _check_positive("reward_scale", reward_scale)
-    if not isinstance(flag_bonus, numbers.Real) or not math.isfinite(flag_bonus) or flag_bonus < 0:
-        raise ValueError(f"flag_bonus must be a finite number >= 0 (0 disables), got {flag_bonus!r}")
     if isinstance(sticky_actions, bool) or not isinstance(sticky_actions, numbers.Real) or not 0 <= sticky_actions < 1:
         raise ValueError(f"sticky_actions must be a probability in [0, 1) (0 disables), got {sticky_actions!r}")
     if sticky_actions and spec.kind == "catch":
@@ -139,8 +128,6 @@ def make_env(
         env = CatchEnv()
     else:
         mario: gymnasium.Env = MarioEnv(env_id, stages=[stage_name(s) for s in stage_list] or None)
-        if jump_retrigger:
-            mario = JumpRetrigger(mario)
         if sticky_actions:
             mario = StickyActions(mario, float(sticky_actions), seed)
         env = ActionSet(mario, action_set)
@@ -149,8 +136,6 @@ def make_env(
         if preprocess:
             env = Resize(Grayscale(env), OBS_SIZE, OBS_SIZE)
     if preprocess or spec.kind == "catch":
-        if flag_bonus:
-            env = FlagBonus(env, flag_bonus)
         if reward_scale != 1.0:
             env = RewardScale(env, reward_scale)
         if no_progress_steps and spec.kind != "catch":

@@ -2,7 +2,7 @@
 
 Stack order (built by :func:`envs.make_env`)::
 
-    MarioEnv [-> JumpRetrigger] [-> StickyActions] -> ActionSet -> MaxAndSkip -> Grayscale -> Resize [-> FlagBonus]
+    MarioEnv [-> StickyActions] -> ActionSet -> MaxAndSkip -> Grayscale -> Resize
              -> RewardScale -> NoProgressTruncation -> TimeLimit
 
 giving ``(84, 84)`` uint8 observations (frames are stacked later, by the replay
@@ -20,13 +20,11 @@ import numpy as np
 from gymnasium import spaces
 from gymnasium.wrappers import ResizeObservation, TimeLimit
 
-from envs.actions import BUTTON_BITS, DEFAULT_ACTION_SET, action_bytes, button_lists
+from envs.actions import DEFAULT_ACTION_SET, action_bytes, button_lists
 
 __all__ = [
     "ActionSet",
-    "FlagBonus",
     "Grayscale",
-    "JumpRetrigger",
     "MaxAndSkip",
     "NoProgressTruncation",
     "Resize",
@@ -36,64 +34,6 @@ __all__ = [
 ]
 
 STICKY_STREAM = 2  # the second number of the sticky draws' seed sequence (epsilon's is 1)
-
-
-class JumpRetrigger(gymnasium.Wrapper[np.ndarray, int, np.ndarray, int]):
-    """Holding A jumps again on landing: release A for one frame when Mario lands with it held.
-
-    The NES starts a jump only on a frame where A is pressed and was not pressed the
-    frame before, so an agent that keeps choosing actions with A after a jump stands on
-    the ground with A held and nothing happens; to jump again it has to choose an action
-    without A first, a choice its four stacked frames do not show the need for (the pipe
-    diagnosis in docs/learning-history.md). This wrapper makes an A-action mean "jump, or keep
-    jumping": when A was held through a jump (Mario left the ground) and Mario is back on
-    the ground, or A has been held on the ground for ``stall_frames`` frames without a
-    jump starting, the next frame with A is sent without it, and the frame after presses
-    it anew. A held A in the air is untouched, so a long press still gives the high jump
-    a tall pipe needs.
-
-    It changes the controller, not the game: on 1-1 the one constant action right+A
-    then reaches the flag (tests/envs/test_wrappers.py), which the plain controller
-    never does, so figures with it are not comparable with the field's joypad interface.
-    Wraps :class:`envs.mario.MarioEnv` directly (byte actions, one frame per step).
-    """
-
-    A_BIT = BUTTON_BITS["A"]
-
-    def __init__(self, env: gymnasium.Env[np.ndarray, int], stall_frames: int = 4) -> None:
-        super().__init__(env)
-        if not hasattr(env, "on_ground"):
-            raise TypeError(f"JumpRetrigger wraps a MarioEnv (needs on_ground), got {type(env).__name__}")
-        self.stall_frames = int(stall_frames)
-        self._sent_a = False  # whether the previous frame was sent with A
-        self._left_ground = False  # A has been held since Mario last left the ground
-        self._held_on_ground = 0  # frames A has been held on the ground without a jump
-
-    def reset(
-        self, *, seed: int | None = None, options: dict[str, Any] | None = None
-    ) -> tuple[np.ndarray, dict[str, Any]]:
-        """Reset the emulator; the next A counts as a fresh press."""
-        self._sent_a = self._left_ground = False
-        self._held_on_ground = 0
-        return self.env.reset(seed=seed, options=options)
-
-    def step(self, action: int) -> tuple[np.ndarray, SupportsFloat, bool, bool, dict[str, Any]]:
-        """Send ``action``, with A released for this frame if a held A must press anew."""
-        byte = int(action)
-        wants_a = bool(byte & self.A_BIT)
-        if wants_a and self._sent_a:
-            if not self.env.on_ground:  # type: ignore[attr-defined]
-                self._left_ground = True
-            elif self._left_ground or self._held_on_ground >= self.stall_frames:
-                byte &= ~self.A_BIT
-                self._left_ground = False
-        sends_a = bool(byte & self.A_BIT)
-        if not sends_a:
-            self._left_ground = False
-        grounded_a = sends_a and self.env.on_ground  # type: ignore[attr-defined]
-        self._held_on_ground = self._held_on_ground + 1 if grounded_a else 0
-        self._sent_a = sends_a
-        return self.env.step(byte)
 
 
 class StickyActions(gymnasium.Wrapper[np.ndarray, int, np.ndarray, int]):
@@ -258,43 +198,6 @@ def preprocess_ns(env: gymnasium.Env) -> int:
         total += getattr(env, "elapsed_ns", 0)
         env = env.env
     return total
-
-
-class FlagBonus(gymnasium.Wrapper[np.ndarray, Any, np.ndarray, Any]):
-    """Add ``bonus`` to the reward of the step on which ``info["flag_get"]`` turns true.
-
-    The game's reward is x progress, the clock and -15 for a death, so on a stage whose end
-    comes right after its hardest obstacle the end itself is worth almost nothing: on 1-4
-    Bowser stands some 20 pixels before the axe, and an episode that dies against him
-    returns about as much as one that reaches the axe (the flag is terminal, so neither has
-    a future). A bonus on reaching the end gives that last obstacle a value of its own, as
-    several public Mario agents do (+50 in game units is common). Counted once per stage:
-    in the full game ``flag_get`` stays true through the flagpole animation.
-    """
-
-    def __init__(self, env: gymnasium.Env[np.ndarray, Any], bonus: float) -> None:
-        super().__init__(env)
-        if not np.isfinite(bonus) or bonus < 0:
-            raise ValueError(f"flag bonus must be a finite number >= 0, got {bonus!r}")
-        self.bonus = float(bonus)
-        self._flag = False
-
-    def reset(
-        self, *, seed: int | None = None, options: dict[str, Any] | None = None
-    ) -> tuple[np.ndarray, dict[str, Any]]:
-        """Reset; the next rise of ``flag_get`` earns the bonus."""
-        obs, info = self.env.reset(seed=seed, options=options)
-        self._flag = bool(info.get("flag_get", False))
-        return obs, info
-
-    def step(self, action: Any) -> tuple[np.ndarray, SupportsFloat, bool, bool, dict[str, Any]]:
-        """Step, adding the bonus on the step that reaches the flag."""
-        obs, reward, terminated, truncated, info = self.env.step(action)
-        flag = bool(info.get("flag_get", False))
-        if flag and not self._flag:
-            reward = float(reward) + self.bonus
-        self._flag = flag
-        return obs, reward, terminated, truncated, info
 
 
 class RewardScale(gymnasium.RewardWrapper[np.ndarray, Any]):

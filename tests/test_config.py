@@ -81,8 +81,6 @@ def test_describe_lists_every_field_with_its_source():
         ({"collector_niceness": 20}, "collector_niceness", "must be 0-19"),
         ({"collector_niceness": -1}, "collector_niceness", ">= 0"),
         ({"learner_threads_max": -2}, "learner_threads_max", ">= 0"),
-        ({"flag_bonus": -50.0}, "flag_bonus", "finite number >= 0"),
-        ({"flag_bonus": float("inf")}, "flag_bonus", "use 0 (off) or 50"),
         ({"action_set": "everything"}, "action_set", "right_only"),
         ({"sticky_actions": 1.0, "env_id": "SuperMarioBros-1-1-v0"}, "sticky_actions", "probability in [0, 1)"),
         ({"sticky_actions": 0.25}, "sticky_actions", "applies to Mario ids only"),  # the tiny preset's Catch

@@ -59,6 +59,11 @@ SAVED_AT_THE_HOUSE_TAG = {
     "reset_interval_updates": 0,
     "grad_clip": 10.0,
     "epsilon_start": 1.0,
+    "prioritized_replay": False,
+    "priority_alpha": 0.5,
+    "flag_bonus": 0.0,
+    "frontier_start_points": "uniform",
+    "jump_retrigger": False,
 }
 
 
@@ -181,8 +186,6 @@ def test_the_fixed_values_are_the_ones_the_code_uses() -> None:
     assert REMOVED["epsilon_start"] == pacing.EPSILON_START
     assert REMOVED["weights_check_steps"] == collector.WEIGHTS_CHECK_STEPS
     assert REMOVED["eval_final_timeout_s"] == run_shutdown.FINAL_EVALUATION_TIMEOUT_S
-    assert REMOVED["priority_beta_start"] == pacing.PRIORITY_BETA_START
-    assert REMOVED["priority_beta_frames"] == pacing.PRIORITY_BETA_FRAMES
     assert REMOVED["keep_checkpoints"] == run_checkpoints.KEEP_CHECKPOINTS
     assert REMOVED["steadiness_probe_states"] == steadiness_watch.PROBE_STATES
     assert REMOVED["steadiness_batchings"] == steadiness_watch.BATCHINGS
@@ -191,9 +194,9 @@ def test_the_fixed_values_are_the_ones_the_code_uses() -> None:
 def test_from_dict_still_drops_unknown_names_and_fills_saved_before() -> None:
     values = dataclasses.asdict(Config())
     values["a_name_never_used"] = 1
-    del values["jump_retrigger"]
+    del values["sticky_actions"]
     cfg = Config.from_dict(values)
-    assert cfg.jump_retrigger is SAVED_BEFORE["jump_retrigger"]
+    assert cfg.sticky_actions == SAVED_BEFORE["sticky_actions"]
 
 
 def test_a_network_saved_before_quantiles_existed_is_the_q_value_learner_it_was() -> None:
@@ -219,7 +222,19 @@ def test_a_checkpoint_at_the_house_removal_values_loads_and_one_past_them_names_
     behaves as (every default run) they load as they were trained; at another one they were
     trained by code that is gone."""
     assert Config.from_dict(saved(**SAVED_AT_THE_HOUSE_TAG)).to_dict() == AT_THE_TAG.to_dict()
-    for name, value in (("target_tau", 0.01), ("reset_interval_updates", 1000), ("grad_clip", 1.0)):
+    # priority_alpha acted only through prioritized replay: any value of it loads.
+    assert (
+        Config.from_dict(saved(**{**SAVED_AT_THE_HOUSE_TAG, "priority_alpha": 0.7})).to_dict() == AT_THE_TAG.to_dict()
+    )
+    for name, value in (
+        ("target_tau", 0.01),
+        ("reset_interval_updates", 1000),
+        ("grad_clip", 1.0),
+        ("prioritized_replay", True),
+        ("flag_bonus", 50.0),
+        ("frontier_start_points", "ends"),
+        ("jump_retrigger", True),
+    ):
         with pytest.raises(RemovedOptionError) as info:
             Config.from_dict(saved(**{**SAVED_AT_THE_HOUSE_TAG, name: value}), source="checkpoint runs/x/final.pt")
         assert str(info.value) == refusal(name, value, tag="pre-house-removal", commit="6412b6a")

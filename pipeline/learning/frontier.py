@@ -16,17 +16,8 @@ frame counter), so it resets as usual and replays the recorded actions from the 
 
 The archive keeps one trajectory: the action sequence from the level's start up to the
 step where its x position was greatest (before the step that ended it), of the episode
-that went furthest, with the x position after each step. Where on it an episode restarts
-(``points``):
-
-- ``uniform``: a uniform step of it, so every obstacle on the way is met in proportion to
-  the steps the agent spent in front of it;
-- ``ends``: a run-up of 10-40 agent steps before the point where a recent training
-  episode ended (a death or a cut, not the flag), located as the first step of the
-  trajectory at that x. The obstacles the agent fails at now are met most, and as it
-  learns to pass one its episodes end further on and the restarts follow (the backward
-  curriculum of Salimans and Chen, driven by where the agent fails). Until an episode has
-  ended, or on a trajectory kept without its x positions, it draws uniformly.
+that went furthest. An episode restarts at a uniform step of it, so every obstacle on the
+way is met in proportion to the steps the agent spent in front of it.
 
 Evaluation always starts from the level's start.
 
@@ -45,25 +36,17 @@ from pathlib import Path
 
 import numpy as np
 
-from config_validation import RESTART_POINTS
 from pipeline.common.files import atomic_write
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["END_RUN_UP_STEPS", "RECENT_ENDS", "RESTART_POINTS", "EpisodeTrace", "FrontierArchive", "stage_signature"]
-
-RECENT_ENDS = 64  # the episode ends a restart before an end draws from (a collector's last few minutes)
-# A restart before an end goes back a uniform number of agent steps in this range (both
-# included): 40-160 frames, a jump's run-up, and never a start already in the fall.
-END_RUN_UP_STEPS = (10, 40)
+__all__ = ["EpisodeTrace", "FrontierArchive", "stage_signature"]
 
 
-def stage_signature(env_id: str, action_set: str, frame_skip: int, *, jump_retrigger: bool = False) -> str:
+def stage_signature(env_id: str, action_set: str, frame_skip: int) -> str:
     """What a recorded trajectory replays the same way under: the stage, the meaning of
-    each action index (the set, and whether a held A jumps again on landing), and the
-    frames an action is held."""
-    retrigger = " jump-retrigger" if jump_retrigger else ""
-    return f"{env_id} {action_set}{retrigger} skip {frame_skip}"
+    each action index (the set), and the frames an action is held."""
+    return f"{env_id} {action_set} skip {frame_skip}"
 
 
 class EpisodeTrace:
@@ -99,7 +82,6 @@ class FrontierArchive:
     Args:
         share: probability that an episode starts from a restart point (0 disables).
         rng: the collector's generator.
-        points: where on the trajectory a restart is drawn (``RESTART_POINTS``).
         path: where the trajectory is kept across processes ("" keeps it in memory only).
         recorded_with: what the trajectory is only valid for (stage, action set, frame
             skip), stored beside it and checked when it is loaded.
@@ -113,20 +95,13 @@ class FrontierArchive:
         path: str = "",
         recorded_with: str = "",
         log: logging.Logger = logger,
-        points: str = "uniform",
     ) -> None:
         if not 0.0 <= share < 1.0:
             raise ValueError(f"restart share must be in [0, 1), got {share!r}")
-        if points not in RESTART_POINTS:
-            raise ValueError(f"restart points must be one of {RESTART_POINTS}, got {points!r}")
         self.share = share
         self.rng = rng
-        self.points = points
         self.actions = np.zeros(0, np.int16)  # the best trajectory, up to its furthest x
-        self.x_pos = np.zeros(0, np.int32)  # the x position after each of its steps
         self.best_x = -1
-        self.ends = np.zeros(RECENT_ENDS, np.int32)  # x of the last RECENT_ENDS episode ends, a ring
-        self.ends_seen = 0
         self.path = Path(path) if path else None
         self.recorded_with = recorded_with
         self.save_failed = False  # a failed write is logged once; the archive goes on in memory
@@ -142,8 +117,6 @@ class FrontierArchive:
             with np.load(self.path) as kept:
                 recorded_with = str(kept["recorded_with"])
                 actions, best_x = kept["actions"].astype(np.int16), int(kept["best_x"])
-                # A trajectory kept before x positions were: restarts on it draw uniformly.
-                x_pos = kept["x_pos"].astype(np.int32) if "x_pos" in kept.files else np.zeros(0, np.int32)
         except (OSError, ValueError, KeyError, zipfile.BadZipFile) as exc:
             self.log.warning("frontier trajectory %s unreadable (%s); starting with none", self.path, exc)
             return
@@ -155,7 +128,7 @@ class FrontierArchive:
                 self.recorded_with,
             )
             return
-        self.actions, self.x_pos, self.best_x = actions, x_pos, best_x
+        self.actions, self.best_x = actions, best_x
 
     def _save(self) -> None:
         if self.path is None:
@@ -166,7 +139,6 @@ class FrontierArchive:
                 np.savez(
                     handle,
                     actions=self.actions,
-                    x_pos=self.x_pos,
                     best_x=self.best_x,
                     recorded_with=self.recorded_with,
                 )
@@ -192,29 +164,11 @@ class FrontierArchive:
             return False
         self.best_x = int(x_pos[furthest])
         self.actions = trace.actions[: furthest + 1].copy()
-        self.x_pos = trace.x_pos[: furthest + 1].copy()
         self._save()
         return True
-
-    def note_end(self, x_pos: int) -> None:
-        """Remember where a training episode ended without the flag (its last x position)."""
-        self.ends[self.ends_seen % RECENT_ENDS] = x_pos
-        self.ends_seen += 1
 
     def draw_restart(self) -> int:
         """Steps of the kept trajectory to replay before the next episode (0: the level's start)."""
         if self.share == 0.0 or len(self.actions) == 0 or self.rng.random() >= self.share:
             return 0
-        if self.points == "ends" and self.ends_seen > 0 and len(self.x_pos) == len(self.actions):
-            return self._before_an_end()
         return int(self.rng.integers(1, len(self.actions) + 1))
-
-    def _before_an_end(self) -> int:
-        """A run-up before one of the recent ends, on the trajectory: replaying ``k`` steps
-        leaves Mario at ``x_pos[k - 1]``, so the end is reached after the first step ``i``
-        with ``x_pos[i] >= end`` (the whole trajectory if none is that far)."""
-        end = self.ends[self.rng.integers(min(self.ends_seen, RECENT_ENDS))]
-        reached = self.x_pos >= end
-        steps_to_end = int(np.argmax(reached)) + 1 if reached.any() else len(self.actions)
-        run_up = int(self.rng.integers(END_RUN_UP_STEPS[0], END_RUN_UP_STEPS[1] + 1))
-        return max(1, steps_to_end - run_up)

@@ -200,11 +200,8 @@ class Collector:
                 self.cfg.frontier_start_share,
                 self.rng,
                 path=args.frontier_path,
-                recorded_with=stage_signature(
-                    self.cfg.env_id, self.cfg.action_set, self.cfg.frame_skip, jump_retrigger=self.cfg.jump_retrigger
-                ),
+                recorded_with=stage_signature(self.cfg.env_id, self.cfg.action_set, self.cfg.frame_skip),
                 log=logger,
-                points=self.cfg.frontier_start_points,
             )
             capacity = self.cfg.max_episode_steps or MAX_TRACE_STEPS
             for stream in self.streams:
@@ -404,8 +401,6 @@ class Collector:
                     self._write(stream.slot, next_obs, 0, 0.0, FLAG_FINAL)
                     if stream.trace is not None:
                         self.frontier.offer(stream.trace)  # type: ignore[union-attr]
-                        if not info.get("flag_get", False):
-                            self.frontier.note_end(int(info["x_pos"]))  # type: ignore[union-attr]
                 stream.counters.steps = stream.steps
                 stream.counters.frames = stream.frames
                 te = perf()

@@ -25,14 +25,6 @@ def epsilon_at(cfg: Config, frames: int) -> float:
     return start + fraction * (end - start)
 
 
-# The importance-sampling schedule prioritized replay had (Schaul et al.'s 0.4 annealed to 1
-# over 2M frames): the fixed values config_removed records for priority_beta_start and
-# priority_beta_frames. No code reads them since prioritized replay went; they stay as the
-# record those removed options are checked against.
-PRIORITY_BETA_START = 0.4
-PRIORITY_BETA_FRAMES = 2_000_000
-
-
 class RateLimiter:
     """Keeps samples drawn per inserted transition near ``ratio``, in both directions.
 

@@ -11,7 +11,6 @@ import numpy as np
 import pytest
 
 import envs
-from envs.actions import button_lists
 from pipeline.common.child import process_context
 
 
@@ -24,28 +23,6 @@ def test_run_config_no_progress_steps_reaches_the_env_as_a_truncation() -> None:
     ends = [env.step(0)[2:4] for _ in range(3)]  # NOOP: no new x, cut at the third step
     assert ends == [(False, False), (False, False), (False, True)]
     env.close()
-
-
-def test_jump_retrigger_lets_a_constant_right_a_finish_1_1() -> None:
-    from config import Config
-
-    # The claim the option's docstring makes (and docs/learning-history.md relies on): with it,
-    # holding right+A alone bunny-hops over every pipe, goomba and pit of 1-1; without
-    # it the same action jumps once and is stopped by the first pipe.
-    right_a = button_lists("simple").index(["right", "A"])
-    finishes = {}
-    for retrigger in (False, True):
-        cfg = Config(jump_retrigger=retrigger, no_progress_steps=50)
-        env = envs.make_env("SuperMarioBros-1-1-v0", **cfg.env_kwargs())
-        env.reset()
-        for _ in range(1000):
-            _, _, terminated, truncated, info = env.step(right_a)
-            if terminated or truncated:
-                break
-        finishes[retrigger] = (bool(info["flag_get"]), info["x_pos"])
-        env.close()
-    assert finishes[True][0], finishes
-    assert not finishes[False][0] and finishes[False][1] < 450, finishes
 
 
 def test_full_mario_stack_outputs_84x84_uint8() -> None:

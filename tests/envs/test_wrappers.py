@@ -4,19 +4,14 @@ from __future__ import annotations
 
 import math
 
-import gymnasium
 import numpy as np
 import pytest
-from gymnasium import spaces
 
-import envs
-from envs.actions import action_bytes, button_lists
+from envs.actions import action_bytes
 from envs.mario import MarioEnv
 from envs.wrappers import (
     ActionSet,
-    FlagBonus,
     Grayscale,
-    JumpRetrigger,
     MaxAndSkip,
     NoProgressTruncation,
     Resize,
@@ -200,65 +195,6 @@ def test_reward_scale_multiplies_the_reward() -> None:
     plain.close()
 
 
-class _ScriptedFlags(gymnasium.Env[np.ndarray, int]):
-    """Reward t+1 at step t and the scripted ``flag_get``: the bonus rule, by hand."""
-
-    observation_space = spaces.Box(0, 255, (1,), np.uint8)
-    action_space = spaces.Discrete(1)
-
-    def __init__(self, flags: list[bool]) -> None:
-        self.flags = flags
-        self.t = 0
-
-    def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[np.ndarray, dict]:
-        self.t = 0
-        return np.zeros(1, np.uint8), {"flag_get": False}
-
-    def step(self, action: int) -> tuple[np.ndarray, float, bool, bool, dict]:
-        self.t += 1
-        return np.zeros(1, np.uint8), float(self.t), False, False, {"flag_get": self.flags[self.t - 1]}
-
-
-def test_flag_bonus_is_paid_once_on_each_rise_of_the_flag() -> None:
-    # The full game keeps flag_get true through the flagpole animation and clears it on
-    # the next stage: steps 3 and 6 reach a flag, step 4 is still on the first one.
-    env = FlagBonus(_ScriptedFlags([False, False, True, True, False, True]), 50.0)
-    env.reset()
-    assert [env.step(0)[1] for _ in range(6)] == [1.0, 2.0, 53.0, 4.0, 5.0, 56.0]
-    env.reset()
-    assert [env.step(0)[1] for _ in range(3)] == [1.0, 2.0, 53.0]
-    for bad in (-1.0, float("nan")):
-        with pytest.raises(ValueError, match="flag bonus"):
-            FlagBonus(env.env, bad)
-
-
-def test_flag_bonus_reaches_the_agent_scaled_on_the_emulator_s_last_step_of_1_1() -> None:
-    from config import Config
-
-    # Holding A jumps again on landing, so a constant right+A finishes 1-1 (as in
-    # test_make_env); with a bonus of 50 game units and the run's scale of 0.1 the
-    # flag's step pays 5 more and every other step the same.
-    right_a = button_lists("simple").index(["right", "A"])
-    runs = {}
-    for bonus in (0.0, 50.0):
-        cfg = Config(action_set="simple", jump_retrigger=True, no_progress_steps=50, flag_bonus=bonus)
-        env = envs.make_env("SuperMarioBros-1-1-v0", **cfg.env_kwargs())
-        env.reset()
-        rewards = []
-        for _ in range(1000):
-            _, reward, terminated, truncated, info = env.step(right_a)
-            rewards.append(reward)
-            if terminated or truncated:
-                break
-        env.close()
-        assert info["flag_get"] and terminated
-        runs[bonus] = rewards
-    plain, paid = runs[0.0], runs[50.0]
-    assert len(plain) == len(paid) > 100
-    assert paid[:-1] == plain[:-1]
-    assert paid[-1] == pytest.approx(plain[-1] + 5.0)
-
-
 def test_no_progress_truncates_after_exactly_max_steps_standing_still() -> None:
     max_steps = 6
     env = NoProgressTruncation(_skipping_simple_env(), max_steps)
@@ -291,54 +227,3 @@ def test_no_progress_zero_disables() -> None:
     env.close()
     with pytest.raises(ValueError, match="no-progress"):
         NoProgressTruncation(env, -1)
-
-
-def _held_a_flight(env: MarioEnv | JumpRetrigger, frames: int) -> tuple[list[int], list[bool]]:
-    """Hold A (jumping in place) for ``frames`` frames from the level's start: y_pos and
-    on_ground per frame."""
-    mario = env.unwrapped
-    env.reset()
-    heights, grounded = [], []
-    for _ in range(frames):
-        _, _, terminated, _, info = env.step(1)
-        assert not terminated
-        heights.append(info["y_pos"])
-        grounded.append(mario.on_ground)
-    env.close()
-    return heights, grounded
-
-
-def _takeoffs(grounded: list[bool]) -> int:
-    return sum(1 for before, after in zip(grounded, grounded[1:], strict=False) if before and not after)
-
-
-def test_jump_retrigger_jumps_again_on_landing_and_keeps_the_high_jump() -> None:
-    frames = 160  # about three full jumps
-    plain_heights, plain_grounded = _held_a_flight(MarioEnv("SuperMarioBros-1-1-v0"), frames)
-    heights, grounded = _held_a_flight(JumpRetrigger(MarioEnv("SuperMarioBros-1-1-v0")), frames)
-    # The plain joypad: A held after the first jump does nothing, Mario lands and walks.
-    assert _takeoffs(plain_grounded) == 1
-    assert _takeoffs(grounded) >= 3
-    # Up to the first landing both are the same frames: the held A still gives the high
-    # jump (64 px from a standstill) instead of being released early.
-    first_landing = next(i for i in range(1, frames) if grounded[i] and not grounded[i - 1])
-    assert heights[:first_landing] == plain_heights[:first_landing]
-    assert max(heights[:first_landing]) - heights[0] >= 60
-
-
-def test_jump_retrigger_leaves_actions_without_a_alone() -> None:
-    plain, wrapped = MarioEnv("SuperMarioBros-1-1-v0"), JumpRetrigger(MarioEnv("SuperMarioBros-1-1-v0"))
-    plain.reset()
-    wrapped.reset()
-    rng = np.random.default_rng(0)
-    for byte in rng.choice([0, RIGHT, RIGHT | 2, 0b01000000], size=200):
-        plain_obs, *_, plain_info = plain.step(int(byte))
-        wrapped_obs, *_, wrapped_info = wrapped.step(int(byte))
-        assert plain_info == wrapped_info and np.array_equal(plain_obs, wrapped_obs)
-    plain.close()
-    wrapped.close()
-
-
-def test_jump_retrigger_needs_the_mario_adapter() -> None:
-    with pytest.raises(TypeError, match="MarioEnv"):
-        JumpRetrigger(ActionSet(MarioEnv("SuperMarioBros-1-1-v0"), "simple"))  # type: ignore[arg-type]

@@ -9,7 +9,7 @@ import pytest
 
 from config import Config
 from envs import make_env
-from pipeline.learning.frontier import END_RUN_UP_STEPS, RECENT_ENDS, EpisodeTrace, FrontierArchive
+from pipeline.learning.frontier import EpisodeTrace, FrontierArchive
 
 
 def trace_of(xs: list[int], actions: list[int] | None = None, capacity: int = 100) -> EpisodeTrace:
@@ -73,69 +73,10 @@ def test_restarts_are_the_share_of_episodes_at_uniform_steps_of_the_trajectory()
     assert chi_square < 100.0  # 49 degrees of freedom: p < 1e-5 beyond this
 
 
-def test_restarts_before_ends_are_a_run_up_before_where_recent_episodes_ended() -> None:
-    """By hand: the trajectory's x after step k (k = 1..50) is 10 k. An end at x 255 is
-    first reached after step 26 (x 260), one at 455 after step 46; a run-up of 10..40 steps
-    (31 values alike) starts at step 26 - r (never before step 1) or 46 - r."""
-    archive = FrontierArchive(0.5, np.random.default_rng(2), points="ends")
-    archive.offer(trace_of([10 * k for k in range(1, 52)]))  # 51 steps: the last ended it
-    np.testing.assert_array_equal(archive.x_pos, [10 * k for k in range(1, 51)])
-    assert END_RUN_UP_STEPS == (10, 40)
-    archive.note_end(255)
-    archive.note_end(455)
-    draws = np.array([archive.draw_restart() for _ in range(62_000)])
-    restarts = draws[draws > 0]
-    assert abs(len(restarts) / len(draws) - 0.5) < 0.01
-    # Each end is drawn half the time; step 26 - r is 1 for r >= 25 (16 of 31 run-ups).
-    expected = np.zeros(47)
-    for steps_to_end in (26, 46):
-        for run_up in range(10, 41):
-            expected[max(1, steps_to_end - run_up)] += 1 / 62
-    counts = np.bincount(restarts, minlength=47)
-    assert set(np.flatnonzero(counts)) == set(np.flatnonzero(expected))  # 1..16 and 6..36
-    seen = np.flatnonzero(expected)
-    share = counts[seen] / len(restarts)
-    np.testing.assert_allclose(share, expected[seen], atol=0.006)  # sd <= 0.003
-
-
-def test_restarts_before_ends_draw_from_the_last_ends_only() -> None:
-    archive = FrontierArchive(0.9, np.random.default_rng(3), points="ends")
-    archive.offer(trace_of([10 * k for k in range(1, 202)], capacity=300))  # x 10..2000 after steps 1..200
-    archive.note_end(100)  # reached after step 10: a run-up of >= 10 steps starts at step 1
-    for _ in range(RECENT_ENDS):
-        archive.note_end(2000)  # pushes the first end out of the ring
-    draws = np.array([archive.draw_restart() for _ in range(2_000)])
-    assert set(draws[draws > 0]) == set(range(200 - 40, 200 - 10 + 1))
-    for _ in range(RECENT_ENDS):
-        archive.note_end(5000)  # beyond the trajectory: the run-up counts back from its end
-    draws = np.array([archive.draw_restart() for _ in range(2_000)])
-    assert set(draws[draws > 0]) == set(range(200 - 40, 200 - 10 + 1))
-
-
-def test_restarts_before_ends_draw_uniformly_until_an_end_or_without_x_positions(tmp_path) -> None:
-    archive = FrontierArchive(0.5, np.random.default_rng(4), points="ends")
-    archive.offer(trace_of(list(range(10, 61))))
-    draws = np.array([archive.draw_restart() for _ in range(20_000)])
-    assert set(draws[draws > 0]) == set(range(1, 51))  # no end seen yet: any step
-    # A trajectory kept before x positions were (its file has none) is drawn uniformly too.
-    path = tmp_path / "collector-0.npz"
-    np.savez(path, actions=np.arange(50) % 7, best_x=60, recorded_with="1-1 simple skip 4")
-    old = FrontierArchive(0.5, np.random.default_rng(5), str(path), "1-1 simple skip 4", points="ends")
-    assert len(old.actions) == 50 and len(old.x_pos) == 0
-    old.note_end(30)
-    draws = np.array([old.draw_restart() for _ in range(20_000)])
-    assert set(draws[draws > 0]) == set(range(1, 51))
-
-
 @pytest.mark.parametrize("share", [-0.1, 1.0, 1.5])
 def test_a_share_outside_zero_to_one_is_refused(share: float) -> None:
     with pytest.raises(ValueError, match="restart share"):
         FrontierArchive(share, np.random.default_rng(0))
-
-
-def test_unknown_restart_points_are_refused() -> None:
-    with pytest.raises(ValueError, match="restart points must be one of"):
-        FrontierArchive(0.5, np.random.default_rng(0), points="deaths")
 
 
 def test_a_fixed_stage_replays_the_same_way_from_the_same_actions() -> None:
@@ -172,7 +113,6 @@ def test_the_trajectory_is_kept_on_disk_and_a_new_archive_carries_on_from_it(tmp
     again = FrontierArchive(0.5, np.random.default_rng(1), str(path), "1-1 simple skip 4")
     assert again.best_x == 90
     np.testing.assert_array_equal(again.actions, [1, 2, 3])
-    np.testing.assert_array_equal(again.x_pos, [40, 60, 90])
     assert again.draw_restart() in (0, 1, 2, 3)
     assert not again.offer(trace_of([40, 85, 70]))  # not further than the kept one
     assert again.offer(trace_of([50, 120, 60], actions=[6, 6, 0]))
