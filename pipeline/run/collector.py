@@ -200,7 +200,9 @@ class Collector:
                 self.cfg.frontier_start_share,
                 self.rng,
                 path=args.frontier_path,
-                recorded_with=stage_signature(self.cfg.env_id, self.cfg.action_set, self.cfg.frame_skip),
+                recorded_with=stage_signature(
+                    self.cfg.env_id, self.cfg.action_set, self.cfg.frame_skip, held_jump=self.cfg.held_jump
+                ),
                 log=logger,
             )
             capacity = self.cfg.max_episode_steps or MAX_TRACE_STEPS
