@@ -51,15 +51,18 @@ def wait_until(
         time.sleep(poll_s)
 
 
-def run_main(args: list[str], *, cwd: os.PathLike[str] | str, timeout_s: float) -> subprocess.CompletedProcess[str]:
-    """Run ``python main.py ARGS`` to its end; output captured as text.
+def run_main(
+    args: list[str], *, cwd: os.PathLike[str] | str, timeout_s: float, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """Run ``python main.py ARGS`` to its end (in ``env``, else this process's environment);
+    output captured as text.
 
     Past ``timeout_s`` (a safety net, not a budget) the run gets Ctrl-C first, as a user
     would give it, so it stops its collectors (or node agents) and unlinks its segments
     before the test fails; it is killed only if it has not stopped a minute later.
     """
     proc = subprocess.Popen(
-        [sys.executable, "main.py", *args], cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        [sys.executable, "main.py", *args], cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
     )
     try:
         stdout, stderr = proc.communicate(timeout=timeout_s)
