@@ -122,8 +122,6 @@ class Config:
     """Adam learning rate."""
     target_sync_updates: int = 2000
     """Updates between target network syncs (full state_dict, BatchNorm buffers included)."""
-    dueling: bool = True
-    """Use the dueling head."""
     quantiles: int = 32
     """QR-DQN (Dabney et al. 2018): the network learns this many quantiles of the return per
     action and the quantile Huber loss trains them; the Q-value that acts is their mean

@@ -10,8 +10,7 @@ Architecture (Mnih et al. 2015, with BatchNorm2d after every conv):
     conv 64 4x4/2 -> BN -> ReLU
     conv 64 3x3/1 -> BN -> ReLU
     flatten (64*7*7 = 3136) -> fc 512 -> ReLU
-    dueling:  V(s) + A(s, a) - mean_a A(s, a)      (Wang et al. 2016)
-    plain:    linear 512 -> num_actions
+    dueling head: V(s) + A(s, a) - mean_a A(s, a)      (Wang et al. 2016)
 
 With ``quantiles`` N > 0 (QR-DQN, Dabney et al. 2018) each head outputs N values per
 action, the quantiles of the return at the midpoints (2i - 1) / 2N, dueling per quantile;
@@ -29,6 +28,9 @@ the forward signal anyway, so fan_out keeps the *backward* signal well scaled); 
 fc layer uses ``kaiming_normal_(mode="fan_in", nonlinearity="relu")`` because nothing
 normalises after it; the output layers use fan_in with a linear gain so initial Q-values
 start near zero with unit-ish spread. BN weight = 1, BN bias = 0, linear biases = 0.
+
+The head is always dueling: every network the learning benchmark measured had it, and
+the plain linear head went with its option (``config_removed``, tag ``pre-house-removal``).
 
 The BatchNorm is always there: the BatchNorm-free trunk of Nature DQN, SPR and BBF lost
 to it on the learning benchmark (docs/learning-history.md), and the learner keeps the running
@@ -62,7 +64,6 @@ class QNetwork(nn.Module):
     Args:
         num_actions: size of the discrete action set (output width).
         frame_stack: number of stacked 84x84 grayscale frames (input channels).
-        dueling: use the dueling value/advantage head instead of a plain linear head.
         quantiles: 0 for Q-values, N > 1 for N quantiles of the return per action (QR-DQN).
         channels_last: run the conv trunk on channels_last activations. Faster for
             training-size batches on oneDNN CPUs (measured on a 2-core Zen 4: fp32 eager
@@ -75,7 +76,6 @@ class QNetwork(nn.Module):
         self,
         num_actions: int,
         frame_stack: int = 4,
-        dueling: bool = True,
         *,
         quantiles: int = 0,
         channels_last: bool = False,
@@ -89,7 +89,6 @@ class QNetwork(nn.Module):
             raise ValueError(f"quantiles must be 0 (Q-values) or >= 2, got {quantiles}")
         self.num_actions = num_actions
         self.frame_stack = frame_stack
-        self.dueling = dueling
         self.quantiles = quantiles
         self.channels_last = channels_last
 
@@ -101,15 +100,12 @@ class QNetwork(nn.Module):
         )
         self.fc = nn.Sequential(nn.Linear(_TRUNK_OUT_FEATURES, _HIDDEN), nn.ReLU(inplace=True))
         per_action = max(quantiles, 1)  # outputs per action: one Q-value or N quantiles
-        if dueling:
-            self.value = nn.Linear(_HIDDEN, per_action)
-            self.advantage = nn.Linear(_HIDDEN, num_actions * per_action)
-        else:
-            self.head = nn.Linear(_HIDDEN, num_actions * per_action)
+        self.value = nn.Linear(_HIDDEN, per_action)
+        self.advantage = nn.Linear(_HIDDEN, num_actions * per_action)
         self._init_weights()
 
     def _init_weights(self) -> None:
-        output_layers = {self.value, self.advantage} if self.dueling else {self.head}
+        output_layers = {self.value, self.advantage}
         for module in self.modules():
             if isinstance(module, nn.Conv2d):
                 # BN restores the forward scale anyway; fan_out keeps the backward signal well scaled.
@@ -161,15 +157,13 @@ class QNetwork(nn.Module):
         per_action = max(self.quantiles, 1)
         with torch.autocast(device_type=h.device.type, enabled=False):
             h = h.float()
-            if not self.dueling:
-                return self.head(h).view(-1, self.num_actions, per_action)
             value = self.value(h).view(-1, 1, per_action)
             advantage = self.advantage(h).view(-1, self.num_actions, per_action)
             # Subtracting the mean advantage makes V/A identifiable (Wang et al. 2016, eq. 9).
             return value + advantage - advantage.mean(dim=1, keepdim=True)
 
 
-def build_qnetwork(num_actions: int, frame_stack: int = 4, dueling: bool = True, quantiles: int = 0) -> QNetwork:
+def build_qnetwork(num_actions: int, frame_stack: int = 4, quantiles: int = 0) -> QNetwork:
     """A fresh CPU ``QNetwork`` in eval mode, for a collector's acting copy.
 
     Collectors only run inference with weights published by the learner, so the copy
@@ -177,7 +171,7 @@ def build_qnetwork(num_actions: int, frame_stack: int = 4, dueling: bool = True,
     ``requires_grad`` switched off so no autograd bookkeeping is done while acting.
     It keeps the default NCHW activations, which are faster for batch-1 inference.
     """
-    net = QNetwork(num_actions, frame_stack=frame_stack, dueling=dueling, quantiles=quantiles)
+    net = QNetwork(num_actions, frame_stack=frame_stack, quantiles=quantiles)
     net.eval()
     net.requires_grad_(False)
     return net

@@ -64,6 +64,7 @@ SAVED_AT_THE_HOUSE_TAG = {
     "flag_bonus": 0.0,
     "frontier_start_points": "uniform",
     "jump_retrigger": False,
+    "dueling": True,
 }
 
 
@@ -234,6 +235,7 @@ def test_a_checkpoint_at_the_house_removal_values_loads_and_one_past_them_names_
         ("flag_bonus", 50.0),
         ("frontier_start_points", "ends"),
         ("jump_retrigger", True),
+        ("dueling", False),
     ):
         with pytest.raises(RemovedOptionError) as info:
             Config.from_dict(saved(**{**SAVED_AT_THE_HOUSE_TAG, name: value}), source="checkpoint runs/x/final.pt")

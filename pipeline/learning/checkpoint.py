@@ -221,7 +221,7 @@ def check_compatible(model: nn.Module, state: dict[str, Any], path: Path | str) 
     expected = model.state_dict()
     hint = (
         "the checkpoint was made for a different network (action count, frame_stack or "
-        "dueling setting); use the matching config or start a fresh run"
+        "quantiles); use the matching config or start a fresh run"
     )
     for key, tensor in expected.items():
         if key not in state:

@@ -419,7 +419,6 @@ class Learner:
         return QNetwork(
             self.num_actions,
             self.settings.frame_stack,
-            self.settings.dueling,
             quantiles=self.settings.quantiles,
             channels_last=True,
         )

@@ -134,7 +134,6 @@ def choose_learner(
         "batch_size": cfg.batch_size,
         "num_actions": spec["num_actions"],
         "frame_stack": cfg.frame_stack,
-        "dueling": cfg.dueling,
         "variants": variants,
     }
     digest = hashlib.sha1(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]

@@ -33,7 +33,6 @@ class LearnerSettings:
 
     learning_rate: float = _DEFAULTS.learning_rate
     target_sync_updates: int = _DEFAULTS.target_sync_updates
-    dueling: bool = _DEFAULTS.dueling
     frame_stack: int = _DEFAULTS.frame_stack
     bn_calibration_states: int = _DEFAULTS.bn_calibration_states  # precise BN over this many replay states (>= 1)
     calibration_chunk: int = _DEFAULTS.batch_size  # states per calibration forward: the training batch size
@@ -50,7 +49,6 @@ class LearnerSettings:
         return cls(
             learning_rate=cfg.learning_rate,
             target_sync_updates=cfg.target_sync_updates,
-            dueling=cfg.dueling,
             frame_stack=cfg.frame_stack,
             bn_calibration_states=cfg.bn_calibration_states,
             calibration_chunk=cfg.batch_size,

@@ -155,10 +155,10 @@ def check_action_count(path: Path | str, trained_actions: int, config: Config, e
 
 
 def network_of(config: Config, num_actions: int) -> Any:
-    """A fresh CPU ``QNetwork`` shaped as ``config`` says (frame stack, dueling, quantiles)."""
+    """A fresh CPU ``QNetwork`` shaped as ``config`` says (frame stack, quantiles)."""
     from models import QNetwork
 
-    return QNetwork(num_actions, frame_stack=config.frame_stack, dueling=config.dueling, quantiles=config.quantiles)
+    return QNetwork(num_actions, frame_stack=config.frame_stack, quantiles=config.quantiles)
 
 
 def load_policy(path: str | os.PathLike[str] | None, env_id: str | None = None) -> Policy:

@@ -13,7 +13,7 @@ it stays a few MB in the repository. It has the layout of a mark, so the one loa
   (``load_state_dict`` casts them back to the network's float32);
 - ``config``: the run's whole ``Config.to_dict()`` (read back through
   ``Config.from_dict``, like any checkpoint's), which rebuilds the network (frame
-  stack, dueling, ...) and the env (env id, action set, frame skip, truncation);
+  stack, quantiles, ...) and the env (env id, action set, frame skip, truncation);
 - ``num_actions`` and ``counters`` (the frames it was trained for);
 - ``provenance``: where it came from (source file, frames, updates, seed, the training
   command and the evaluation figures when the exporter gave them, the storage dtype).

@@ -105,7 +105,7 @@ def load_resume_checkpoint(cfg: Config) -> tuple[Path, Path, dict[str, Any]]:
     """The checkpoint ``cfg.resume`` names, its run directory, and its checked contents.
 
     Raises ``CheckpointError`` for a file that is not a training checkpoint of this project
-    or whose network has another shape than ``cfg``'s (action set, dueling, frame stack),
+    or whose network has another shape than ``cfg``'s (action set, frame stack),
     and ``RemovedOptionError`` (a ``ConfigError``) for one trained with an option removed
     since (:mod:`config_removed`).
     """
@@ -130,7 +130,7 @@ def load_resume_checkpoint(cfg: Config) -> tuple[Path, Path, dict[str, Any]]:
 
 
 # The settings that shape the network: a checkpoint resumes only into the same shape.
-NETWORK_FIELDS = ("frame_stack", "dueling")
+NETWORK_FIELDS = ("frame_stack",)
 
 
 def network_mismatch(state: dict[str, Any], cfg: Config, num_actions: int) -> str:

@@ -284,7 +284,6 @@ def tuning_path(cfg: Config, device: str = "cpu") -> Path:
         "env_id": cfg.env_id,
         "replay_ratio": cfg.replay_ratio,
         "frame_stack": cfg.frame_stack,
-        "dueling": cfg.dueling,
         # Only a QR-DQN learner adds its shape, so the caches of every other run stay valid.
         **({"quantiles": cfg.quantiles} if cfg.quantiles else {}),
         "variants": list(LEARNER_VARIANTS),

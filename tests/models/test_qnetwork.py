@@ -14,9 +14,8 @@ def _obs(batch: int = 2, stack: int = 4, seed: int = 0) -> torch.Tensor:
     return torch.randint(0, 256, (batch, stack, 84, 84), dtype=torch.uint8, generator=gen)
 
 
-@pytest.mark.parametrize("dueling", [True, False])
-def test_output_shape_and_dtype(dueling: bool) -> None:
-    net = QNetwork(num_actions=7, frame_stack=4, dueling=dueling)
+def test_output_shape_and_dtype() -> None:
+    net = QNetwork(num_actions=7, frame_stack=4)
     q = net(_obs(batch=3))
     assert q.shape == (3, 7)
     assert q.dtype == torch.float32
@@ -84,12 +83,10 @@ def test_batchnorm_after_each_conv_and_convs_have_no_bias() -> None:
     assert net.fc[0].in_features == 3136 and net.fc[0].out_features == 512
 
 
-def test_dueling_head_vs_plain_head() -> None:
-    dueling = QNetwork(6, dueling=True)
-    plain = QNetwork(6, dueling=False)
+def test_the_head_is_dueling() -> None:
+    dueling = QNetwork(6)
     assert hasattr(dueling, "value") and hasattr(dueling, "advantage")
     assert not hasattr(dueling, "head")
-    assert hasattr(plain, "head") and not hasattr(plain, "value")
     assert dueling.value.out_features == 1 and dueling.advantage.out_features == 6
 
     # The dueling output is V + A - mean(A): check against the head outputs directly.
@@ -119,7 +116,7 @@ def test_train_mode_updates_running_stats() -> None:
 
 
 def test_build_qnetwork_is_inference_ready() -> None:
-    net = build_qnetwork(5, frame_stack=4, dueling=False)
+    net = build_qnetwork(5, frame_stack=4)
     assert isinstance(net, QNetwork)
     assert not net.training
     assert not any(p.requires_grad for p in net.parameters())
@@ -137,22 +134,20 @@ def test_rejects_bad_sizes() -> None:
             QNetwork(3, quantiles=quantiles)
 
 
-@pytest.mark.parametrize("dueling", [True, False])
-def test_quantile_heads_give_n_values_per_action_and_q_is_their_mean(dueling: bool) -> None:
-    net = QNetwork(6, dueling=dueling, quantiles=8).eval()
+def test_quantile_heads_give_n_values_per_action_and_q_is_their_mean() -> None:
+    net = QNetwork(6, quantiles=8).eval()
     obs = _obs(batch=3)
     with torch.no_grad():
         quantiles = net.quantile_values(obs)
         q = net(obs)
     assert quantiles.shape == (3, 6, 8) and quantiles.dtype == torch.float32
     torch.testing.assert_close(q, quantiles.mean(dim=2))
-    if dueling:
-        # Dueling per quantile: each quantile is V_i + A_i(a) - mean_a A_i(a).
-        with torch.no_grad():
-            hidden = net.fc(net.features(obs.float() / 255.0))
-            value = net.value(hidden).view(3, 1, 8)
-            adv = net.advantage(hidden).view(3, 6, 8)
-        torch.testing.assert_close(quantiles, value + adv - adv.mean(dim=1, keepdim=True))
+    # Dueling per quantile: each quantile is V_i + A_i(a) - mean_a A_i(a).
+    with torch.no_grad():
+        hidden = net.fc(net.features(obs.float() / 255.0))
+        value = net.value(hidden).view(3, 1, 8)
+        adv = net.advantage(hidden).view(3, 6, 8)
+    torch.testing.assert_close(quantiles, value + adv - adv.mean(dim=1, keepdim=True))
 
 
 def test_a_q_value_network_keeps_its_shapes_and_has_no_quantiles() -> None:
@@ -160,24 +155,19 @@ def test_a_q_value_network_keeps_its_shapes_and_has_no_quantiles() -> None:
     checkpoints and the shipped agent load), and asking it for quantiles is an error."""
     shapes = {name: tuple(t.shape) for name, t in QNetwork(5).state_dict().items()}
     assert shapes["value.weight"] == (1, 512) and shapes["advantage.weight"] == (5, 512)
-    assert tuple(QNetwork(5, dueling=False).state_dict()["head.weight"].shape) == (5, 512)
+    assert shapes["value.bias"] == (1,) and shapes["advantage.bias"] == (5,)
     with pytest.raises(ValueError, match="quantiles > 0"):
         QNetwork(5).quantile_values(_obs())
 
 
-@pytest.mark.parametrize("dueling", [True, False])
-def test_heads_keep_small_action_gaps_under_bf16_autocast(dueling: bool) -> None:
+def test_heads_keep_small_action_gaps_under_bf16_autocast() -> None:
     """Q-values of tens with gaps of tenths (a trained Mario network's): bf16 rounds 60 to a
     step of 0.25, so the output layers must run in fp32 for the argmax to see the gaps."""
-    net = QNetwork(num_actions=7, dueling=dueling).eval()
+    net = QNetwork(num_actions=7).eval()
     gaps = torch.linspace(0.0, 0.3, 7)  # 0.05 apart: below bf16's resolution at 60
     with torch.no_grad():
-        head = net.value if dueling else net.head
-        head.bias.add_(60.0)
-        if dueling:
-            net.advantage.bias.copy_(gaps)
-        else:
-            net.head.bias.add_(gaps)
+        net.value.bias.add_(60.0)
+        net.advantage.bias.copy_(gaps)
         obs = _obs(batch=4)
         full = net(obs)
         with torch.autocast("cpu", dtype=torch.bfloat16):

@@ -39,7 +39,7 @@ def make_checkpoint(
     cfg = Config(env_id=env_id, **config).to_dict()
     n = envs.num_actions(env_id, cfg["action_set"]) if num_actions is None else num_actions
     torch.manual_seed(seed)
-    net = QNetwork(n, cfg["frame_stack"], cfg["dueling"], quantiles=cfg["quantiles"])
+    net = QNetwork(n, cfg["frame_stack"], quantiles=cfg["quantiles"])
     with torch.no_grad():  # non-trivial BatchNorm statistics, so eval mode matters
         for module in net.modules():
             if isinstance(module, torch.nn.BatchNorm2d):
@@ -65,7 +65,7 @@ def replicate(
 
     cfg = Config(env_id=env_id).to_dict()
     n = num_actions(env_id, cfg["action_set"])
-    net = QNetwork(n, cfg["frame_stack"], cfg["dueling"], quantiles=cfg["quantiles"])
+    net = QNetwork(n, cfg["frame_stack"], quantiles=cfg["quantiles"])
     net.load_state_dict(state)
     net.eval()
     env = make_env(

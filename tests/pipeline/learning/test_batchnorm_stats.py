@@ -276,8 +276,8 @@ def test_a_qnetwork_is_recalibrated_through_its_trunk_to_the_statistics_of_whole
     states = torch.randint(0, 256, (96, 4, 84, 84), dtype=torch.uint8, generator=gen)
     for channels_last in (True, False):
         torch.manual_seed(0)
-        net = QNetwork(NUM_ACTIONS, 4, True, quantiles=8, channels_last=channels_last)
-        whole = QNetwork(NUM_ACTIONS, 4, True, quantiles=8, channels_last=channels_last)
+        net = QNetwork(NUM_ACTIONS, 4, quantiles=8, channels_last=channels_last)
+        whole = QNetwork(NUM_ACTIONS, 4, quantiles=8, channels_last=channels_last)
         whole.load_state_dict(net.state_dict())
         layers = batch_norm_layers(whole)
         with torch.no_grad():  # the old way: momentum None, train-mode forwards of the whole net

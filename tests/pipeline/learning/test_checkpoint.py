@@ -208,9 +208,11 @@ def test_check_compatible_names_action_count_mismatch() -> None:
     assert "advantage.weight" in text and "(12, 512)" in text and "(7, 512)" in text
 
 
-def test_check_compatible_head_type_and_frame_stack() -> None:
-    with pytest.raises(CheckpointError, match="missing"):
-        check_compatible(QNetwork(7, dueling=True), QNetwork(7, dueling=False).state_dict(), "p")
+def test_check_compatible_names_a_missing_key_and_frame_stack() -> None:
+    plain_head = QNetwork(7).state_dict()
+    plain_head["head.weight"] = plain_head.pop("advantage.weight")  # a linear head's layout
+    with pytest.raises(CheckpointError, match="key 'advantage.weight' is missing"):
+        check_compatible(QNetwork(7), plain_head, "p")
     with pytest.raises(CheckpointError, match="features.0.weight"):
         check_compatible(QNetwork(7, frame_stack=4), QNetwork(7, frame_stack=2).state_dict(), "p")
     state = QNetwork(7).state_dict()

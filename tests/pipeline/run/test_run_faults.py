@@ -290,7 +290,7 @@ def write_checkpoint(run: Path, cfg: Config) -> Path:
         # The case: a Mario run resumed with another action set, compile/amp=auto
         # (whose timing, uncached, would take minutes before the trainer starts).
         ("cpu", {"env_id": "SuperMarioBros-1-1-v0"}, ["--set", "action_set=complex"], "action_set"),
-        ("tiny", {}, ["--set", "dueling=false"], "dueling"),
+        ("tiny", {}, ["--set", "frame_stack=2"], "frame_stack"),
     ],
 )
 def test_a_mismatched_resume_fails_before_anything_is_measured_or_started(tmp_path, preset, saved, flags, named):
@@ -341,10 +341,10 @@ def test_resume_checks_name_the_setting_that_changes_the_network():
     cfg = Config(**PRESETS["tiny"])
     state = {"config": cfg.to_dict(), "num_actions": 3}
     assert network_mismatch(state, cfg, 3) == ""
-    plain_head = {"config": {**cfg.to_dict(), "dueling": False}, "num_actions": 3}
-    assert network_mismatch(plain_head, cfg, 3).startswith("its network was trained with dueling=False")
-    assert "--set dueling=false" in network_mismatch(plain_head, cfg, 3)
-    assert network_mismatch(plain_head, Config(**PRESETS["tiny"], dueling=False), 3) == ""
+    two_frames = {"config": {**cfg.to_dict(), "frame_stack": 2}, "num_actions": 3}
+    assert network_mismatch(two_frames, cfg, 3).startswith("its network was trained with frame_stack=2")
+    assert "--set frame_stack=2" in network_mismatch(two_frames, cfg, 3)
+    assert network_mismatch(two_frames, Config(**{**PRESETS["tiny"], "frame_stack": 2}), 3) == ""
     mario = Config(env_id="SuperMarioBros-1-1-v0", action_set="complex")
     message = network_mismatch({"config": Config(action_set="simple").to_dict(), "num_actions": 7}, mario, 12)
     assert "7 actions" in message and "--set action_set=simple" in message

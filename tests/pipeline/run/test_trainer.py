@@ -69,7 +69,7 @@ def greedy_return(checkpoint: Path, episodes: int = 20) -> tuple[float, float]:
     ``export`` take from it) on Catch, and Catch's optimal return."""
     state = load_checkpoint(checkpoint)
     cfg = state["config"]
-    model = QNetwork(state["num_actions"], cfg["frame_stack"], cfg["dueling"], quantiles=cfg["quantiles"]).eval()
+    model = QNetwork(state["num_actions"], cfg["frame_stack"], quantiles=cfg["quantiles"]).eval()
     model.load_state_dict(acting_weights(state))
     env = make_env("Catch-v0", seed=123)
     returns = []
