@@ -5,14 +5,14 @@ is resolved with this precedence (highest first):
 
     command line  >  knobs in this file  >  preset  >  dataclass defaults
 
-:func:`config_resolution.resolve_config` applies it and returns the final :class:`Config`
+:func:`configuration.resolution.resolve_config` applies it and returns the final :class:`Config`
 together with where each value came from (``python main.py --print-config`` shows both);
 it reads the knobs and presets here when called. Validation
-(:mod:`config_validation`, re-exported here as :func:`validate` and
+(:mod:`configuration.validation`, re-exported here as :func:`validate` and
 :class:`ConfigError`) collects every problem and raises a single :class:`ConfigError`
 before any process or shared memory is created. A checkpoint's saved config is read
 with :meth:`Config.from_dict`, which refuses the options removed since (each removal
-after a tag) at any value the code no longer has (:mod:`config_removed`).
+after a tag) at any value the code no longer has (:mod:`configuration.removed`).
 """
 
 from __future__ import annotations
@@ -23,14 +23,14 @@ from typing import Any
 
 # Validation and the removed options live beside this file; their names stay importable
 # from here (``X as X``).
-from config_removed import RemovedOptionError as RemovedOptionError
-from config_removed import check_saved
-from config_validation import BACKENDS as BACKENDS
-from config_validation import DEVICES as DEVICES
-from config_validation import MONITORS as MONITORS
-from config_validation import SWITCH_VALUES as SWITCH_VALUES
-from config_validation import ConfigError as ConfigError
-from config_validation import validate as validate
+from configuration.removed import RemovedOptionError as RemovedOptionError
+from configuration.removed import check_saved
+from configuration.validation import BACKENDS as BACKENDS
+from configuration.validation import DEVICES as DEVICES
+from configuration.validation import MONITORS as MONITORS
+from configuration.validation import SWITCH_VALUES as SWITCH_VALUES
+from configuration.validation import ConfigError as ConfigError
+from configuration.validation import validate as validate
 
 # ---------------------------------------------------------------------------------------
 # Knobs: edit these by hand. None keeps the preset's value.
@@ -273,7 +273,7 @@ class Config:
 FIELD_NAMES: frozenset[str] = frozenset(f.name for f in fields(Config))
 # What a run saved before these fields existed did: a checkpoint without them was trained
 # so, whatever today's defaults are. Options removed since, and the value each now has,
-# are config_removed's: a saved config is read through both (``Config.from_dict``).
+# are configuration.removed's: a saved config is read through both (``Config.from_dict``).
 SAVED_BEFORE: dict[str, Any] = {
     "frontier_start_share": 0.0,
     "bn_calibration_states": 0,

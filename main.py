@@ -153,7 +153,7 @@ def cli_overrides(args: argparse.Namespace) -> dict[str, Any]:
         "backend",
         "ray_address",
     )
-    from config_resolution import parse_field_values
+    from configuration.resolution import parse_field_values
 
     values = parse_field_values(args.overrides, "--set")
     values.update({k: getattr(args, k) for k in keys if getattr(args, k) is not None})  # named flags win

@@ -30,7 +30,7 @@ normalises after it; the output layers use fan_in with a linear gain so initial 
 start near zero with unit-ish spread. BN weight = 1, BN bias = 0, linear biases = 0.
 
 The head is always dueling: every network the learning benchmark measured had it, and
-the plain linear head went with its option (``config_removed``, tag ``pre-house-removal``).
+the plain linear head went with its option (``configuration.removed``, tag ``pre-house-removal``).
 
 The BatchNorm is always there: the BatchNorm-free trunk of Nature DQN, SPR and BBF lost
 to it on the learning benchmark (docs/learning-history.md), and the learner keeps the running

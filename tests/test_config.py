@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 import config
 from config import PRESETS, Config, ConfigError, validate
-from config_resolution import Hardware, auto_preset, resolve_config
+from configuration.resolution import Hardware, auto_preset, resolve_config
 from pipeline.transport.records import TRANSITION_BYTES
 
 CPU_BOX = Hardware(cores=2, memory_gb=24.0, gpu=False)

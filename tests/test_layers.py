@@ -31,13 +31,24 @@ LAYER_RANK = {
 }
 # What the lower layers must stay free of, whatever the pipeline layer rules say.
 FORBIDDEN_IN = {
-    "common": {"torch", "config", "envs", "models"},
-    "transport": {"torch", "config", "envs", "models"},
+    "common": {"torch", "config", "configuration", "envs", "models"},
+    "transport": {"torch", "config", "configuration", "envs", "models"},
 }
 # The sub-packages of each layer (one level deep), each a family of the layer's modules.
 SUB_PACKAGES = {"run": {"evaluator", "monitor"}}
 # Packages outside pipeline/: the environments and the network never import the pipeline.
-OUTSIDE = {"envs": {"pipeline", "config"}, "models": {"pipeline", "config", "envs"}}
+OUTSIDE = {
+    "envs": {"pipeline", "config", "configuration"},
+    "models": {"pipeline", "config", "configuration", "envs"},
+}
+# What each module of configuration/ may import of the project: validation and the removed
+# options sit under config.py (it imports them), resolution over it; none reaches above
+# the transport layer (the transition's size).
+CONFIGURATION_USES = {
+    "validation": {"envs"},
+    "removed": {"configuration"},
+    "resolution": {"config", "configuration", "pipeline.transport"},
+}
 
 
 def imported_modules(path: Path, root: Path) -> list[tuple[int, str]]:
@@ -105,6 +116,18 @@ def violations(package_dir: Path, root: Path = ROOT) -> list[str]:
 @pytest.mark.parametrize("package", ["pipeline", "envs", "models"])
 def test_imports_point_down_only(package):
     assert violations(ROOT / package) == []
+
+
+def test_configuration_modules_import_only_what_they_may():
+    project = {"pipeline", "envs", "models", "config", "configuration", "main"}
+    for name, allowed in CONFIGURATION_USES.items():
+        path = ROOT / "configuration" / f"{name}.py"
+        for line, module in imported_modules(path, ROOT):
+            if module.split(".")[0] in project:
+                assert any(module == a or module.startswith(f"{a}.") for a in allowed), (
+                    f"{path.name}:{line} imports {module}"
+                )
+    assert {p.stem for p in (ROOT / "configuration").glob("*.py")} == set(CONFIGURATION_USES) | {"__init__"}
 
 
 def test_every_layer_is_known_and_documented():

@@ -143,7 +143,7 @@ class BenchOptions:
 def parse_options(argv: Sequence[str]) -> tuple[BenchOptions, Any]:
     """Parse the command line; returns the options and the resolved configuration."""
     from config import ConfigError
-    from config_resolution import resolve_config
+    from configuration.resolution import resolve_config
 
     args = build_parser().parse_args(list(argv))
     if args.only:
@@ -207,7 +207,7 @@ def _changed_config(cfg: Any, items: list[str], parts: tuple[str, ...]) -> Any:
 
     import envs
     from config import validate
-    from config_resolution import parse_field_values
+    from configuration.resolution import parse_field_values
 
     if "learner" not in parts:
         raise UserError(f"bench: --learner-set {' '.join(items)}: only the learner part uses it; add --only learner")

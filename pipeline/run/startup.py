@@ -30,7 +30,7 @@ import torch
 
 import envs
 from config import SAVED_BEFORE, Config
-from config_resolution import resolve_config
+from configuration.resolution import resolve_config
 from pipeline.common.cores import learner_thread_range
 from pipeline.common.errors import UserError
 from pipeline.learning.checkpoint import CHECKPOINT_PATTERN, CheckpointError, check_compatible, load_checkpoint
@@ -107,7 +107,7 @@ def load_resume_checkpoint(cfg: Config) -> tuple[Path, Path, dict[str, Any]]:
     Raises ``CheckpointError`` for a file that is not a training checkpoint of this project
     or whose network has another shape than ``cfg``'s (action set, frame stack),
     and ``RemovedOptionError`` (a ``ConfigError``) for one trained with an option removed
-    since (:mod:`config_removed`).
+    since (:mod:`configuration.removed`).
     """
     path, root = resolve_resume(cfg.resume)
     state = load_checkpoint(path)

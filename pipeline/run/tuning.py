@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from config import LEARNING_AS_MEASURED, Config
-from config_resolution import ResolvedConfig, resolve_config
+from configuration.resolution import ResolvedConfig, resolve_config
 from pipeline.common.child import run_in_child
 from pipeline.common.files import atomic_write
 from pipeline.learning.learner_choice import (

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from config import ConfigError
-from config_resolution import resolve_config
+from configuration.resolution import resolve_config
 from pipeline.cluster.ray_setup import host_and_port
 
 ROOT = Path(__file__).resolve().parents[3]

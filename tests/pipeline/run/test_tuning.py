@@ -10,9 +10,9 @@ import sys
 
 import pytest
 
-import config_resolution
 from config import Config
-from config_resolution import resolve_config
+from configuration import resolution
+from configuration.resolution import resolve_config
 from pipeline.run import tuning as T
 from pipeline.run.machine_load import allowed_cpus
 
@@ -205,9 +205,9 @@ def test_auto_times_only_the_batch_sizes_the_learning_benchmark_measured_and_say
     ("machine", "frames_per_s", "updates_per_s"),
     [
         # A slow busy 2-core box: the emulator at 154 frames/s, the learner at 5 updates/s.
-        (config_resolution.Hardware(cores=2, memory_gb=24.0, gpu=False), 154.0, 5.0),
+        (resolution.Hardware(cores=2, memory_gb=24.0, gpu=False), 154.0, 5.0),
         # A fast GPU server: 16 cores at 1,000 frames/s each, the update at 190 updates/s.
-        (config_resolution.Hardware(cores=16, memory_gb=256.0, gpu=True), 1000.0, 190.0),
+        (resolution.Hardware(cores=16, memory_gb=256.0, gpu=True), 1000.0, 190.0),
     ],
     ids=["slow-2-core", "fast-16-core-gpu"],
 )
@@ -222,7 +222,7 @@ def test_auto_on_a_slow_or_fast_machine_learns_with_a_measured_setting(
     from pipeline.run.preflight import MachineLimits
 
     choice = LearnerChoice(True, True, "fake", {"eager": updates_per_s, "compiled_amp": updates_per_s})
-    monkeypatch.setattr(config_resolution, "detect_hardware", lambda: machine)
+    monkeypatch.setattr(resolution, "detect_hardware", lambda: machine)
     monkeypatch.setattr(T, "measure_emulator", lambda cfg, seconds=0.0: frames_per_s)
     monkeypatch.setattr(T, "choose_learner", lambda cfg, device, **kw: choice)
     monkeypatch.setattr(T, "learner_spec", lambda *a, **kw: None)

@@ -26,7 +26,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from config_validation import ConfigError
+from configuration.validation import ConfigError
 
 __all__ = [
     "ANY_VALUE",

@@ -1,4 +1,4 @@
-"""Tests for config_removed and Config.from_dict: a saved config holding a removed option at
+"""Tests for configuration.removed and Config.from_dict: a saved config holding a removed option at
 the value the code now always has loads silently; any other value is refused in one line."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import dataclasses
 import pytest
 
 from config import FIELD_NAMES, SAVED_BEFORE, Config
-from config_removed import (
+from configuration.removed import (
     ANY_VALUE,
     EPSILON_SCHEDULE_REMOVAL,
     EXPECTED_SARSA_REMOVAL,
@@ -21,7 +21,7 @@ from config_removed import (
     check_saved,
     removed_setting,
 )
-from config_validation import ConfigError
+from configuration.validation import ConfigError
 
 # The removed options as the code before the tag saved them by default: the config of the
 # runs in progress (their other fields are today's defaults too).
