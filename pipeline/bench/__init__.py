@@ -11,12 +11,12 @@ Exports :func:`bench_command`; uses every lower layer, and no user command.
 ``parts_collection``        raw, collector, pipeline, consolidator
 ``parts_training``          learner, training, startup, evaluator, soak
 ``parts_cluster``           ray: the Ray backend's extra hop, one pull path's records/s
+``parts_consolidator``      the consolidator's throughput against flooding producers
 ``figures``                 every figure's label, format, meaning and target
 ``report``                  the table and the JSON
 ``envpool``                 env worker processes (the baselines)
 ``trainer_run``             a real Trainer in its own process, measured over a window
 ``soak``                    the soak part's arithmetic
-``consolidator``            the consolidator's throughput against flooding producers
 ``learning``                ``--only learning``: train seeds, evaluate the marks, report
 ``learning_curves``         the marks evaluated by the protocol (parallel, cached), plotted
 ``learning_figures``        a run's figures, mean and spread over seeds, variants compared

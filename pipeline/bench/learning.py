@@ -75,7 +75,7 @@ from pipeline.bench.learning_figures import (
 from pipeline.bench.learning_steadiness import steadiness_at_marks
 from pipeline.common.errors import OneLineParser, UserError
 from pipeline.common.files import atomic_write_text
-from pipeline.run.evaluator.protocol import Protocol
+from pipeline.run.evaluator.protocol import EvaluationProtocol
 from pipeline.run.stage_report import ends_lines, stage_table
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -166,7 +166,7 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     return args, train_args
 
 
-def results_name(name: str, protocol: Protocol) -> str:
+def results_name(name: str, protocol: EvaluationProtocol) -> str:
     """``<name>.json`` for the default protocol, ``<name>-eps<E>x<N>[-steps<S>][-sticky<P>].json``
     for another."""
     if protocol == bench_protocol():
@@ -370,14 +370,14 @@ def comparisons(result: dict[str, Any], others: dict[str, dict[str, Any]], names
     if missing:
         print(
             f"learning bench: not compared with {', '.join(missing)}: no result of that name in the same folder "
-            f"evaluated by {Protocol(**result['protocol']).describe()}",
+            f"evaluated by {EvaluationProtocol(**result['protocol']).describe()}",
             file=sys.stderr,
         )
     return [compare(result, others[name]) for name in chosen if name in others]
 
 
 def print_report(result: dict[str, Any]) -> None:
-    protocol = Protocol(**result["protocol"])
+    protocol = EvaluationProtocol(**result["protocol"])
     print(
         f"learning bench {result['name']}: each mark over {protocol.describe()}, beside the greedy episode "
         f"(what play shows); runs in {Path(result['seeds'][0]['run']).parent}"
@@ -405,7 +405,7 @@ def learning_command(argv: list[str]) -> int:
 
 def run_learning_bench(argv: list[str]) -> int:
     args, train_args = parse(argv)
-    protocol: Protocol = args.protocol
+    protocol: EvaluationProtocol = args.protocol
     args.out.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     seeds = []

@@ -21,7 +21,7 @@ and its own figures are those of all its stages' episodes together. A run on one
 has one such row, its own figures.
 
 Evaluations are cached in ``<run>/learning-eval.json``, keyed by the protocol
-(:meth:`~pipeline.run.evaluator.protocol.Protocol.key`: episodes, epsilon, seeds, step cap),
+(:meth:`~pipeline.run.evaluator.protocol.EvaluationProtocol.key`: episodes, epsilon, seeds, step cap),
 for random stages also by the stages played, and the mark's file name: a run that goes
 on later, or a report drawn again, evaluates only new marks, and another protocol never
 reads an entry made by a different one. Entries of a one-stage run written before marks
@@ -44,7 +44,7 @@ from config import Config
 from pipeline.common.child import process_context
 from pipeline.common.cores import usable_cores
 from pipeline.common.files import atomic_write_text
-from pipeline.run.evaluator.protocol import EVAL_SEED_OFFSET, Protocol
+from pipeline.run.evaluator.protocol import EVAL_SEED_OFFSET, EvaluationProtocol
 from pipeline.run.stage_report import StageRow, combined_values, play_stages, stages_played
 
 EVAL_CACHE = "learning-eval.json"
@@ -89,13 +89,15 @@ class MarkResult:
 
 def bench_protocol(
     episodes: int = BENCH_EPISODES, epsilon: float = BENCH_EPSILON, max_steps: int = 2000, sticky: float | None = None
-) -> Protocol:
+) -> EvaluationProtocol:
     """The benchmark's protocol: ``episodes`` at ``epsilon`` from :data:`BENCH_FIRST_SEED` on
     (with sticky actions ``sticky``; None: each run's own)."""
-    return Protocol(episodes=episodes, epsilon=epsilon, first_seed=BENCH_FIRST_SEED, max_steps=max_steps, sticky=sticky)
+    return EvaluationProtocol(
+        episodes=episodes, epsilon=epsilon, first_seed=BENCH_FIRST_SEED, max_steps=max_steps, sticky=sticky
+    )
 
 
-def cache_key(protocol: Protocol, stages: Sequence[str] = ()) -> str:
+def cache_key(protocol: EvaluationProtocol, stages: Sequence[str] = ()) -> str:
     """The cache entry of ``protocol``; ``stages``: the stages a random-stages run plays
     (none for a run on one stage, whose entries keep the key they always had)."""
     key = f"{CACHE_VERSION},{protocol.key()},greedy_seed={GREEDY_SEED}"
@@ -126,7 +128,7 @@ def evaluate_mark(path: str, protocol: dict[str, Any]) -> dict[str, Any]:
     from pipeline.run.value_check import value_check
 
     policy = load_policy(path)
-    chosen = Protocol(**protocol)
+    chosen = EvaluationProtocol(**protocol)
 
     def play(env: Any) -> tuple[list[EpisodeResult], dict[str, float], EpisodeResult]:
         episodes, values = value_check(
@@ -180,7 +182,7 @@ def mark_workers(marks: int) -> int:
     return max(1, min(marks, usable_cores()))
 
 
-def evaluate_marks(run: Path, protocol: Protocol, *, workers: int | None = None) -> list[MarkResult]:
+def evaluate_marks(run: Path, protocol: EvaluationProtocol, *, workers: int | None = None) -> list[MarkResult]:
     """Every mark of ``run`` evaluated by ``protocol`` (cached ones read back), in frame order."""
     cache_path = run / EVAL_CACHE
     cache: dict[str, Any] = json.loads(cache_path.read_text()) if cache_path.exists() else {}

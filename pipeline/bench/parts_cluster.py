@@ -22,8 +22,8 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.bench.consolidator import _flood, make_sink
 from pipeline.bench.parts_collection import CollectionParts, fixed_epsilon
+from pipeline.bench.parts_consolidator import _flood, make_sink
 from pipeline.bench.suite_base import PartResult, log
 from pipeline.common.child import ParentWatch
 

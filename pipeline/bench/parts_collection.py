@@ -131,7 +131,7 @@ class CollectionParts(SuiteBase):
         return window_figures(run.snaps, run.window[0], run.window[-1])
 
     def part_consolidator(self, result: PartResult) -> None:
-        from pipeline.bench.consolidator import bench_consolidator
+        from pipeline.bench.parts_consolidator import bench_consolidator
 
         seconds = max(2.0, self.seconds / 2) if self.options.quick else self.seconds
         out = bench_consolidator(seconds, producers=max(1, self.cfg.num_processes), capacity=self.cfg.ring_capacity)

@@ -25,7 +25,7 @@ The parts (``--only NAME`` runs one; a comma-separated list runs several):
     for the whole run after the decay), against ``NUM_PROCESSES`` independent wrapped-env
     processes running at the same time, before and after.
 ``consolidator``
-    :func:`pipeline.bench.consolidator.bench_consolidator`: flooding producers, the real
+    :func:`pipeline.bench.parts_consolidator.bench_consolidator`: flooding producers, the real
     consolidator and replay memory; records/s and MB/s the learner side absorbs.
 ``learner``
     In a spawned process with the training thread count: updates/s of ``Learner.update``

@@ -203,7 +203,7 @@ def recalibrate_policy(policy: Policy, replay_path: str, states: int | None, see
 def eval_command(argv: list[str]) -> int:
     """``python main.py eval ...``: play episodes with a checkpoint and print statistics."""
     from pipeline.common.files import check_output_path
-    from pipeline.run.evaluator.protocol import Protocol, play_protocol
+    from pipeline.run.evaluator.protocol import EvaluationProtocol, play_protocol
     from pipeline.run.stage_report import StageRow, combined_values, ends_lines, play_stages, stage_table, stages_played
     from pipeline.run.value_check import value_check
 
@@ -220,7 +220,7 @@ def eval_command(argv: list[str]) -> int:
     recalibrated = (
         recalibrate_policy(policy, args.recalibrate, args.recalibrate_states, draw_seed) if args.recalibrate else None
     )
-    protocol = Protocol(
+    protocol = EvaluationProtocol(
         episodes=args.episodes, epsilon=args.epsilon, first_seed=args.seed, max_steps=args.max_steps, sticky=args.sticky
     )
     model, player = policy.model, f"{policy.path} ({policy.frames} frames)"

@@ -16,7 +16,7 @@ import statistics
 from typing import Any
 
 from pipeline.learning.policy import EpisodeResult
-from pipeline.run.evaluator.protocol import Protocol, protocol_steps
+from pipeline.run.evaluator.protocol import EvaluationProtocol, protocol_steps
 
 __all__ = ["value_check"]
 
@@ -47,7 +47,7 @@ def discounted_returns(rewards: list[float], gamma: float) -> list[float]:
 def value_check(
     env: Any,
     model: Any,
-    protocol: Protocol,
+    protocol: EvaluationProtocol,
     *,
     frame_stack: int,
     num_actions: int,

@@ -25,7 +25,7 @@ from pipeline.common.files import atomic_write
 from pipeline.learning.policy import run_episode
 from pipeline.run.evaluator.hold import hold_frames
 from pipeline.run.evaluator.progress import CountingEnv
-from pipeline.run.evaluator.protocol import EVAL_SEED_OFFSET, Protocol, play_protocol, protocol_figures
+from pipeline.run.evaluator.protocol import EVAL_SEED_OFFSET, EvaluationProtocol, play_protocol, protocol_figures
 from pipeline.run.pacing import next_mark
 
 SLEEP_S = 0.1  # how often an idle evaluator checks its stop conditions
@@ -138,7 +138,7 @@ class _Worker:
         self.progress = progress
         self._build_env = build_env if progress is None else lambda *a, **k: CountingEnv(build_env(*a, **k), progress)
         self.seed0 = self.cfg.seed + EVAL_SEED_OFFSET
-        self.protocol = Protocol(
+        self.protocol = EvaluationProtocol(
             episodes=args.episodes, epsilon=args.epsilon, first_seed=self.seed0, max_steps=args.max_steps
         )
         self.env = self._build_env(self.cfg, seed=self.seed0)

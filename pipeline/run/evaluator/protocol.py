@@ -38,7 +38,7 @@ if TYPE_CHECKING:
 __all__ = [
     "EVAL_SEED_OFFSET",
     "FIGURE_KEYS",
-    "Protocol",
+    "EvaluationProtocol",
     "epsilon_rng",
     "episode_seeds",
     "play_protocol",
@@ -74,7 +74,7 @@ def epsilon_rng(seed: int) -> Any:
 
 
 @dataclass(frozen=True)
-class Protocol:
+class EvaluationProtocol:
     """How a policy is evaluated: ``episodes`` episodes from ``first_seed`` on, at ``epsilon``.
 
     Attributes:
@@ -140,7 +140,7 @@ class Protocol:
 def protocol_steps(
     env: Any,
     model: Any,
-    protocol: Protocol,
+    protocol: EvaluationProtocol,
     seed: int,
     *,
     frame_stack: int,
@@ -165,7 +165,7 @@ def protocol_steps(
 def play_protocol(
     env: Any,
     model: Any,
-    protocol: Protocol,
+    protocol: EvaluationProtocol,
     *,
     frame_stack: int,
     num_actions: int,

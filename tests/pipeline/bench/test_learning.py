@@ -60,7 +60,7 @@ from pipeline.bench.options import PART_HELP, PARTS
 from pipeline.common.errors import UserError
 from pipeline.learning.checkpoint import save_checkpoint
 from pipeline.learning.policy import network_of
-from pipeline.run.evaluator.protocol import Protocol
+from pipeline.run.evaluator.protocol import EvaluationProtocol
 from pipeline.transport.segments import project_segments, run_tag
 from tests.conftest import wait_until
 from tests.pipeline.run.test_trainer import training_started
@@ -106,7 +106,7 @@ def test_only_learning_is_routed_and_training_flags_pass_through() -> None:
     with pytest.raises(UserError, match=r"--sticky 1.0: must be in \[0, 1\)"):
         parse(["--sticky", "1"])
     sticky, _ = parse(["--sticky", "0.25", "--epsilon", "0"])
-    assert sticky.protocol == Protocol(
+    assert sticky.protocol == EvaluationProtocol(
         episodes=20, epsilon=0.0, first_seed=BENCH_FIRST_SEED, max_steps=2000, sticky=0.25
     )
     assert results_name("x", sticky.protocol) == "x-eps0x20-sticky0.25.json"
@@ -114,7 +114,7 @@ def test_only_learning_is_routed_and_training_flags_pass_through() -> None:
 
 def test_the_fields_protocol_is_the_default_and_out_is_absolute(tmp_path: Path, monkeypatch) -> None:
     args, _ = parse([])
-    assert args.protocol == Protocol(episodes=20, epsilon=0.05, first_seed=BENCH_FIRST_SEED, max_steps=2000)
+    assert args.protocol == EvaluationProtocol(episodes=20, epsilon=0.05, first_seed=BENCH_FIRST_SEED, max_steps=2000)
     assert args.out == Path("runs/learning").resolve()
     assert results_name("x", args.protocol) == "x.json"
     assert results_name("x", bench_protocol(5, 0.0)) == "x-eps0x5.json"

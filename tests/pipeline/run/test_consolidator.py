@@ -197,7 +197,7 @@ def test_run_with_live_producers_stops_on_the_event_and_measures_the_gap():
 
 @pytest.mark.timeout(300)
 def test_bench_consolidator_smoke():
-    from pipeline.bench.consolidator import bench_consolidator
+    from pipeline.bench.parts_consolidator import bench_consolidator
     from pipeline.transport.records import RECORD_BYTES
 
     result = bench_consolidator(seconds=0.5, producers=1, capacity=64)

@@ -21,7 +21,7 @@ from models import QNetwork
 from pipeline.learning.flat_state import flatten_state, state_numel
 from pipeline.learning.policy import build_env, network_of, single_thread_torch
 from pipeline.run.evaluator.evaluator import Evaluator
-from pipeline.run.evaluator.protocol import EVAL_SEED_OFFSET, Protocol, play_protocol, protocol_figures
+from pipeline.run.evaluator.protocol import EVAL_SEED_OFFSET, EvaluationProtocol, play_protocol, protocol_figures
 from pipeline.transport import weights as W
 from pipeline.transport.segments import SHM_DIR, create_segment, release, segment_name
 from tests.pipeline import producers as P
@@ -153,7 +153,7 @@ def test_several_episodes_at_an_epsilon_follow_the_protocol(tmp_path, weights_bl
     assert result["episodes"] == 4 and result["epsilon"] == 0.3
 
     # The same weights played here by the protocol, from the evaluator's seeds: the same figures.
-    protocol = Protocol(episodes=4, epsilon=0.3, first_seed=cfg.seed + EVAL_SEED_OFFSET, max_steps=60)
+    protocol = EvaluationProtocol(episodes=4, epsilon=0.3, first_seed=cfg.seed + EVAL_SEED_OFFSET, max_steps=60)
     env = build_env(cfg, seed=0)
     try:
         with single_thread_torch():
@@ -165,7 +165,7 @@ def test_several_episodes_at_an_epsilon_follow_the_protocol(tmp_path, weights_bl
     assert {key: result[key] for key in expected} == expected
     assert "median_x_pos" in expected and result["flag_rate"] == expected["flag_rate"]
     # Beside them, the greedy episode from the first seed (what `play` shows).
-    greedy = Protocol(episodes=1, epsilon=0.0, first_seed=protocol.first_seed, max_steps=60)
+    greedy = EvaluationProtocol(episodes=1, epsilon=0.0, first_seed=protocol.first_seed, max_steps=60)
     env = build_env(cfg, seed=0)
     try:
         with single_thread_torch():

@@ -13,7 +13,7 @@ from models import QNetwork
 from pipeline.learning.policy import build_env, network_of, single_thread_torch
 from pipeline.run.evaluator.protocol import (
     FIGURE_KEYS,
-    Protocol,
+    EvaluationProtocol,
     episode_seeds,
     epsilon_rng,
     play_protocol,
@@ -29,7 +29,7 @@ def net() -> QNetwork:
     return network_of(CFG, 3).eval()
 
 
-def play(net: QNetwork, protocol: Protocol, **kwargs):
+def play(net: QNetwork, protocol: EvaluationProtocol, **kwargs):
     env = build_env(CFG, seed=0)
     try:
         with single_thread_torch():
@@ -39,24 +39,24 @@ def play(net: QNetwork, protocol: Protocol, **kwargs):
 
 
 def test_seeds_are_distinct_and_named_by_the_key() -> None:
-    protocol = Protocol(episodes=20, epsilon=0.05, first_seed=5_000_000, max_steps=2000)
+    protocol = EvaluationProtocol(episodes=20, epsilon=0.05, first_seed=5_000_000, max_steps=2000)
     assert protocol.seeds == list(range(5_000_000, 5_000_020)) and len(set(protocol.seeds)) == 20
     assert protocol.key() == "episodes=20,epsilon=0.05,seeds=5000000..5000019,max_steps=2000"
-    assert Protocol(episodes=20, epsilon=0.1, first_seed=5_000_000, max_steps=2000).key() != protocol.key()
+    assert EvaluationProtocol(episodes=20, epsilon=0.1, first_seed=5_000_000, max_steps=2000).key() != protocol.key()
     assert protocol.describe() == "20 episode(s) at epsilon 0.05 (seeds 5000000..5000019)"
     # Sticky actions name another protocol; without them the key is the one entries cached
     # before sticky actions existed carry.
-    sticky = Protocol(episodes=20, epsilon=0.05, first_seed=5_000_000, max_steps=2000, sticky=0.25)
+    sticky = EvaluationProtocol(episodes=20, epsilon=0.05, first_seed=5_000_000, max_steps=2000, sticky=0.25)
     assert sticky.key() == protocol.key() + ",sticky=0.25"
     assert sticky.describe() == "20 episode(s) at epsilon 0.05, sticky actions 0.25 (seeds 5000000..5000019)"
-    assert Protocol(**sticky.to_dict()) == sticky and Protocol(**protocol.to_dict()) == protocol
+    assert EvaluationProtocol(**sticky.to_dict()) == sticky and EvaluationProtocol(**protocol.to_dict()) == protocol
     assert sticky.played_config(CFG).sticky_actions == 0.25 and protocol.played_config(CFG) is CFG
     with pytest.raises(ValueError, match="sticky"):
-        Protocol(episodes=1, epsilon=0.0, first_seed=0, max_steps=0, sticky=1.0)
+        EvaluationProtocol(episodes=1, epsilon=0.0, first_seed=0, max_steps=0, sticky=1.0)
     with pytest.raises(ValueError, match="episodes"):
         episode_seeds(0, 0)
     with pytest.raises(ValueError, match="epsilon"):
-        Protocol(episodes=1, epsilon=1.5, first_seed=0, max_steps=0)
+        EvaluationProtocol(episodes=1, epsilon=1.5, first_seed=0, max_steps=0)
 
 
 def test_the_epsilon_stream_is_not_the_envs() -> None:
@@ -67,7 +67,7 @@ def test_the_epsilon_stream_is_not_the_envs() -> None:
 
 
 def test_episodes_use_distinct_seeds_and_figures_reproduce(net: QNetwork) -> None:
-    protocol = Protocol(episodes=6, epsilon=0.3, first_seed=100, max_steps=0)
+    protocol = EvaluationProtocol(episodes=6, epsilon=0.3, first_seed=100, max_steps=0)
     first = play(net, protocol)
     assert [r.seed for r in first] == protocol.seeds
     assert len({tuple(r.actions) for r in first}) == 6  # six different episodes
@@ -77,10 +77,10 @@ def test_episodes_use_distinct_seeds_and_figures_reproduce(net: QNetwork) -> Non
     assert list(figures) == list(FIGURE_KEYS) and figures == protocol_figures(again)
     assert figures["episodes"] == 6 and figures["median_x_pos"] == float(np.median([r.x_pos for r in first]))
     # An episode depends on its seed alone: the fourth episode, played on its own.
-    (alone,) = play(net, Protocol(episodes=1, epsilon=0.3, first_seed=103, max_steps=0))
+    (alone,) = play(net, EvaluationProtocol(episodes=1, epsilon=0.3, first_seed=103, max_steps=0))
     assert alone.actions == first[3].actions and alone.ret == first[3].ret
 
 
 def test_a_stop_request_ends_the_protocol(net: QNetwork) -> None:
-    protocol = Protocol(episodes=3, epsilon=0.0, first_seed=0, max_steps=0)
+    protocol = EvaluationProtocol(episodes=3, epsilon=0.0, first_seed=0, max_steps=0)
     assert play(net, protocol, should_stop=lambda: True) is None

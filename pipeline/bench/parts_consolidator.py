@@ -8,7 +8,7 @@ counts what it consumed during ``seconds`` after a 1 s warm-up.
 
 Run::
 
-    python -m pipeline.bench.consolidator [seconds] [producers] [capacity]
+    python -m pipeline.bench.parts_consolidator [seconds] [producers] [capacity]
 """
 
 from __future__ import annotations
@@ -167,8 +167,8 @@ async def _measure(consolidator, ring: R.TransitionRing, seconds: float) -> dict
 
 def main(argv: list[str]) -> None:
     # Import by module name, so spawn children find the producer as
-    # pipeline.bench.consolidator.flood_producer even when this file runs as __main__.
-    from pipeline.bench.consolidator import bench_consolidator as bench
+    # pipeline.bench.parts_consolidator.flood_producer even when this file runs as __main__.
+    from pipeline.bench.parts_consolidator import bench_consolidator as bench
 
     kwargs = {}
     for name, value in zip(("seconds", "producers", "capacity"), argv):
