@@ -170,7 +170,7 @@ def _say(message: str) -> None:
 
 def run_train(argv: list[str]) -> int:
     from config import ConfigError
-    from pipeline.run.tuning import resolve_for_machine
+    from pipeline.run.machine.tuning import resolve_for_machine
 
     args = build_parser().parse_args(argv)
     if args.backend == "ray":  # before any measuring or process: a missing extra is one line

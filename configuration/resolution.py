@@ -82,7 +82,7 @@ class ResolvedConfig:
     config: Config
     sources: dict[str, str] = field(default_factory=dict)
     preset: str = ""
-    tuning: Any = None  # the auto preset's measurements (pipeline.run.tuning.Tuning), when used
+    tuning: Any = None  # the auto preset's measurements (pipeline.run.machine.tuning.Tuning), when used
 
     def describe(self) -> str:
         width = max(len(n) for n in FIELD_NAMES)

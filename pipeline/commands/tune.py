@@ -26,7 +26,7 @@ def tune_command(cli: dict[str, Any], preset: str | None, *, force: bool = False
     while measuring (the figures are printed, not cached; ``force`` caches them).
     """
     from config import ConfigError
-    from pipeline.run.tuning import busy_advice, resolve_for_machine
+    from pipeline.run.machine.tuning import busy_advice, resolve_for_machine
 
     if preset not in (None, "auto"):
         raise UserError(f"tune: --preset {preset}: tuning is for the auto preset; drop --preset or pass auto")

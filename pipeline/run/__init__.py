@@ -26,10 +26,9 @@
   :mod:`~pipeline.run.evaluator.evaluations` and :mod:`~pipeline.run.run_checkpoints` drive the
   evaluator and the checkpoints, :mod:`~pipeline.run.write_failures` reports a write that
   fails while the run goes on.
-- :mod:`~pipeline.run.preflight`: the machine's limits checked before a run starts, and
-  the run directory's lock.
-- :mod:`~pipeline.run.tuning`: the ``auto`` preset's measurements (``python main.py tune``);
-  :mod:`~pipeline.run.machine_load`: what other processes used of the cores meanwhile.
+- :mod:`~pipeline.run.machine` (a sub-package): the machine's limits checked before a run
+  starts and the run directory's lock, the ``auto`` preset's measurements (``python main.py
+  tune``) and what other processes used of the cores meanwhile.
 
 Uses :mod:`pipeline.transport` and :mod:`pipeline.learning`.
 """

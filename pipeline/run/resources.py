@@ -21,10 +21,10 @@ from pipeline.learning.learner import Learner
 from pipeline.learning.replay import ReplayMemory
 from pipeline.run.calibration import Calibration
 from pipeline.run.collection import CollectionBackend
+from pipeline.run.machine.preflight import RunLock
 from pipeline.run.monitor.keys import CounterKey
 from pipeline.run.monitor.monitor import Monitor
 from pipeline.run.pacing import RateLimiter
-from pipeline.run.preflight import RunLock
 from pipeline.run.run_checkpoints import RunCheckpoints
 from pipeline.run.startup import RunPaths
 from pipeline.run.steadiness_watch import SteadinessWatch

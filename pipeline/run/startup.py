@@ -41,8 +41,8 @@ from pipeline.learning.learner_settings import LearnerSettings
 from pipeline.learning.policy import network_of
 from pipeline.learning.replay import ReplayFileError, ReplayMemory
 from pipeline.learning.replay_store import ReplayReader
+from pipeline.run.machine.preflight import RunLock, check_machine
 from pipeline.run.monitor.monitor import Monitor
-from pipeline.run.preflight import RunLock, check_machine
 
 # What a checkpoint written by the trainer always holds (its "learner" also holds "online").
 RESUME_KEYS = frozenset({"learner", "counters", "rng", "config"})

@@ -10,7 +10,7 @@ import time
 import pytest
 
 from config import Config
-from pipeline.run.preflight import (
+from pipeline.run.machine.preflight import (
     COLLECTOR_BYTES,
     LOCK_NAME,
     MB,

@@ -13,8 +13,8 @@ import pytest
 from config import Config
 from configuration import resolution
 from configuration.resolution import resolve_config
-from pipeline.run import tuning as T
-from pipeline.run.machine_load import allowed_cpus
+from pipeline.run.machine import tuning as T
+from pipeline.run.machine.machine_load import allowed_cpus
 
 
 @pytest.fixture(autouse=True)
@@ -219,7 +219,7 @@ def test_auto_on_a_slow_or_fast_machine_learns_with_a_measured_setting(
     measured setting; only collectors, threads and devices follow the machine."""
     from config import LEARNING_AS_MEASURED
     from pipeline.learning.learner_choice import LearnerChoice
-    from pipeline.run.preflight import MachineLimits
+    from pipeline.run.machine.preflight import MachineLimits
 
     choice = LearnerChoice(True, True, "fake", {"eager": updates_per_s, "compiled_amp": updates_per_s})
     monkeypatch.setattr(resolution, "detect_hardware", lambda: machine)
