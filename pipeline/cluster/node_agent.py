@@ -44,7 +44,7 @@ import numpy as np
 from pipeline.cluster import reaper
 from pipeline.cluster.batches import PullResult, take_records
 from pipeline.run.collector import CollectorArgs, collector_main
-from pipeline.run.procstats import process_stats
+from pipeline.run.monitor.procstats import process_stats
 from pipeline.run.supervisor import Supervisor
 from pipeline.transport import ring as R
 from pipeline.transport import segments

@@ -10,8 +10,8 @@
   :mod:`~pipeline.run.value_check`: the values of those episodes' greedy steps against
   the returns that followed them (``eval --values``).
 - :mod:`~pipeline.run.monitor` (a sub-package): the throughput monitor, the typed keys
-  of its snapshots, its log line and live table; :mod:`~pipeline.run.procstats`: CPU and
-  memory of a process, for its rows.
+  of its snapshots, its log line and live table, and the CPU and memory of a process for
+  its rows.
 - :mod:`~pipeline.run.collection`: the interface of a backend that runs the collectors
   elsewhere (the Ray backend, :mod:`pipeline.cluster`), handed to the trainer.
 - :mod:`~pipeline.run.trainer`: the learner process, one event loop running all of them;

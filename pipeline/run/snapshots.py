@@ -30,7 +30,7 @@ from pipeline.run.monitor.keys import (
     learner_phase_key,
     phase_ns_key,
 )
-from pipeline.run.procstats import process_stats
+from pipeline.run.monitor.procstats import process_stats
 from pipeline.run.supervisor import Supervisor
 from pipeline.transport.episodes import EpisodeSummary
 from pipeline.transport.ring import COLLECTOR_PHASES, SlotCounters, TransitionRing

@@ -15,8 +15,8 @@
 - :mod:`~pipeline.run.evaluator.evaluations`: the trainer's side: start the evaluator,
   take and announce its results, and turn them into the monitor's gauges.
 
-Uses the run layer's :mod:`~pipeline.run.monitor` (announcements), ``pacing`` and
-``procstats``, and the gauge names of :mod:`pipeline.common.gauges`. The trainer's parts
+Uses the run layer's :mod:`~pipeline.run.monitor` (announcements, and its ``procstats``),
+``pacing``, and the gauge names of :mod:`pipeline.common.gauges`. The trainer's parts
 use it, and ``value_check``, ``eval``, ``play`` and the learning benchmark use its
 protocol.
 """

@@ -29,7 +29,7 @@ from pipeline.common.gauges import (
 )
 from pipeline.run.evaluator.evaluator import Evaluator
 from pipeline.run.monitor.monitor import Monitor
-from pipeline.run.procstats import process_stats
+from pipeline.run.monitor.procstats import process_stats
 
 logger = logging.getLogger("mario.trainer")
 
