@@ -76,7 +76,7 @@ from pipeline.bench.learning_steadiness import steadiness_at_marks
 from pipeline.common.errors import OneLineParser, UserError
 from pipeline.common.files import atomic_write_text
 from pipeline.run.evaluator.protocol import EvaluationProtocol
-from pipeline.run.stage_report import ends_lines, stage_table
+from pipeline.run.evaluator.stage_report import ends_lines, stage_table
 
 ROOT = Path(__file__).resolve().parents[2]
 # A Ctrl-C's exit status (128 + SIGINT), as main.py's own.

@@ -15,7 +15,7 @@ the curve is summed up the way the field reports sample efficiency:
   (trapezoids), so a variant that learns earlier scores higher at equal final x_pos.
 
 A run on random stages is evaluated on every stage it trains on, each played as its
-fixed-stage id with the whole protocol (:mod:`~pipeline.run.stage_report`): a mark keeps
+fixed-stage id with the whole protocol (:mod:`~pipeline.run.evaluator.stage_report`): a mark keeps
 each stage's mean x_pos, how far along the stage that is and its flag rate (``stages``),
 and its own figures are those of all its stages' episodes together. A run on one stage
 has one such row, its own figures.
@@ -45,7 +45,7 @@ from pipeline.common.child import process_context
 from pipeline.common.cores import usable_cores
 from pipeline.common.files import atomic_write_text
 from pipeline.run.evaluator.protocol import EVAL_SEED_OFFSET, EvaluationProtocol
-from pipeline.run.stage_report import StageRow, combined_values, play_stages, stages_played
+from pipeline.run.evaluator.stage_report import StageRow, combined_values, play_stages, stages_played
 
 EVAL_CACHE = "learning-eval.json"
 X_POS_GOAL = 1800  # past the second pit of 1-1 (the old default's greedy agent died at 1,423)
@@ -70,12 +70,12 @@ class MarkResult:
     greedy_x_pos: int = 0
     greedy_flag: bool = False
     greedy_return: float = 0.0
-    # The values on the protocol's greedy steps (pipeline.run.value_check; None in entries
+    # The values on the protocol's greedy steps (pipeline.run.evaluator.value_check; None in entries
     # evaluated before the bench kept them): the mean Q of the action taken over the mean
     # discounted return that followed, and the median gap between the two best actions.
     q_over_return: float | None = None
     median_action_gap: float | None = None
-    # Per stage (pipeline.run.stage_report.StageRow dicts), in the order played. With
+    # Per stage (pipeline.run.evaluator.stage_report.StageRow dicts), in the order played. With
     # several stages the greedy figures above are over the stages' greedy episodes: the
     # mean x_pos (rounded) and return, and a flag when every stage's episode got one.
     stages: list[dict[str, Any]] | None = None
@@ -121,11 +121,11 @@ def mark_files(run: Path) -> list[Path]:
 def evaluate_mark(path: str, protocol: dict[str, Any]) -> dict[str, Any]:
     """Child process (or in-process): the protocol's episodes and the greedy episode of one
     mark, on one torch thread. Same mark and same protocol, same figures. The episodes are
-    played by :func:`~pipeline.run.value_check.value_check` (the same episodes as
+    played by :func:`~pipeline.run.evaluator.value_check.value_check` (the same episodes as
     ``play_protocol``), so the values against the returns come with them at no extra play."""
     from pipeline.learning.policy import EpisodeResult, load_policy, run_episode, single_thread_torch
     from pipeline.run.evaluator.protocol import protocol_figures
-    from pipeline.run.value_check import value_check
+    from pipeline.run.evaluator.value_check import value_check
 
     policy = load_policy(path)
     chosen = EvaluationProtocol(**protocol)

@@ -18,14 +18,14 @@ Command line::
 newest checkpoint); ``NAME`` a shipped network (``models/trained/<NAME>.pt``), and without
 ``--checkpoint`` the shipped network of ``--env`` (default: the default env) plays.
 Every stage the policy is judged on is played with the whole protocol and reported in a
-per-stage table (:mod:`pipeline.run.stage_report`): a fixed stage is one row; random
+per-stage table (:mod:`pipeline.run.evaluator.stage_report`): a fixed stage is one row; random
 stages are each stage of the run's ``stages`` list (or of ``--stages``; all 32 without a
 list), each played as its fixed-stage id, ``--episodes`` episodes each.
 ``--action`` plays a reference policy in the checkpoint's env instead of its network: that
 action at every step that is not random (``--epsilon 1`` is random play), so a learnt
 policy's figures can be set beside those of a fixed button press under the same protocol.
 ``--values`` plays the same episodes and also prints how far the network's values are
-from the returns its policy collects (:mod:`pipeline.run.value_check`).
+from the returns its policy collects (:mod:`pipeline.run.evaluator.value_check`).
 ``--recalibrate`` re-estimates the network's BatchNorm statistics for its weights on a
 saved replay's states before playing (:mod:`pipeline.learning.batchnorm_stats`), as a
 saved copy gets them (:mod:`pipeline.run.calibration`): checkpoints saved before marks and
@@ -204,8 +204,15 @@ def eval_command(argv: list[str]) -> int:
     """``python main.py eval ...``: play episodes with a checkpoint and print statistics."""
     from pipeline.common.files import check_output_path
     from pipeline.run.evaluator.protocol import EvaluationProtocol, play_protocol
-    from pipeline.run.stage_report import StageRow, combined_values, ends_lines, play_stages, stage_table, stages_played
-    from pipeline.run.value_check import value_check
+    from pipeline.run.evaluator.stage_report import (
+        StageRow,
+        combined_values,
+        ends_lines,
+        play_stages,
+        stage_table,
+        stages_played,
+    )
+    from pipeline.run.evaluator.value_check import value_check
 
     args = build_parser().parse_args(argv)
     json_path = check_output_path(args.json, (".json",), "JSON") if args.json else None

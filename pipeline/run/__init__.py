@@ -6,9 +6,9 @@
 - :mod:`~pipeline.run.evaluator` (a sub-package): evaluations beside training, best
   video; the protocol it and the learning benchmark share (episodes at an epsilon, each
   from a seed of its own; mean and median x_pos, flag rate), training's hold for an
-  overdue evaluation, and the trainer's side of it;
-  :mod:`~pipeline.run.value_check`: the values of those episodes' greedy steps against
-  the returns that followed them (``eval --values``).
+  overdue evaluation, and the trainer's side of it; the per-stage table of ``eval`` and
+  the learning benchmark with where the episodes end, and the values of the protocol's
+  greedy steps against the returns that followed them (``eval --values``).
 - :mod:`~pipeline.run.monitor` (a sub-package): the throughput monitor, the typed keys
   of its snapshots, its log line and live table, and the CPU and memory of a process for
   its rows.

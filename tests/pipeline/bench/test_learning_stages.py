@@ -23,7 +23,7 @@ from pipeline.bench.learning_curves import (
 )
 from pipeline.learning.checkpoint import save_checkpoint
 from pipeline.learning.policy import network_of
-from pipeline.run.stage_report import ends_lines, stage_table
+from pipeline.run.evaluator.stage_report import ends_lines, stage_table
 
 
 def write_run(run: Path, config: Config) -> Path:

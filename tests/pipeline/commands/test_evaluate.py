@@ -18,7 +18,7 @@ from pipeline.commands.evaluate import eval_command
 from pipeline.common.errors import UserError
 from pipeline.learning.checkpoint import CheckpointError, save_checkpoint
 from pipeline.learning.policy import load_policy, resolve_checkpoint, run_dir_of
-from pipeline.run.episode_ends import describe_ends
+from pipeline.run.evaluator.episode_ends import describe_ends
 
 
 @pytest.fixture(autouse=True)

@@ -9,7 +9,7 @@ import pytest
 from config import Config
 from pipeline.common.errors import UserError
 from pipeline.learning.policy import EpisodeResult
-from pipeline.run.stage_report import StageRow, combined_values, ends_lines, stage_table, stages_played
+from pipeline.run.evaluator.stage_report import StageRow, combined_values, ends_lines, stage_table, stages_played
 
 
 def episode(x_pos: int, flag: bool = False, stage: int = 1) -> EpisodeResult:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline.run.episode_ends import END_GAP_PX, EndGroup, describe_ends, group_ends
+from pipeline.run.evaluator.episode_ends import END_GAP_PX, EndGroup, describe_ends, group_ends
 
 
 def test_ends_within_a_block_of_the_previous_one_are_one_obstacle() -> None:

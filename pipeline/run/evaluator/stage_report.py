@@ -22,7 +22,7 @@ from typing import Any
 from config import Config
 from pipeline.common.errors import UserError
 from pipeline.learning.policy import EpisodeResult, build_env
-from pipeline.run import episode_ends
+from pipeline.run.evaluator import episode_ends
 
 __all__ = ["StageRow", "combined_values", "ends_lines", "play_stages", "stage_table", "stages_played"]
 
@@ -39,7 +39,7 @@ class StageRow:
         along: how far along the stage the mean x_pos is (mean x_pos over the stage's
             end_x, at most 1); None where the stage's end is not recorded.
         ends: the x_pos of each episode that did not get the flag, in increasing order
-            (:mod:`~pipeline.run.episode_ends` groups them); None for a row read from an
+            (:mod:`~pipeline.run.evaluator.episode_ends` groups them); None for a row read from an
             evaluation made before rows kept them.
     """
 
@@ -125,7 +125,7 @@ def play_stages[T](
 
 
 def combined_values(per_stage: Sequence[Mapping[str, float]]) -> dict[str, float]:
-    """The value figures (:func:`~pipeline.run.value_check.value_check`) of several stages
+    """The value figures (:func:`~pipeline.run.evaluator.value_check.value_check`) of several stages
     as one: greedy steps summed, the mean Q taken and the mean return followed weighted by
     each stage's greedy steps (so their ratio is that of all the steps together), and the
     median of the stages' median action gaps."""
