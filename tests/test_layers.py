@@ -35,7 +35,7 @@ FORBIDDEN_IN = {
     "transport": {"torch", "config", "configuration", "envs", "models"},
 }
 # The sub-packages of each layer (one level deep), each a family of the layer's modules.
-SUB_PACKAGES = {"run": {"evaluator", "machine", "monitor"}}
+SUB_PACKAGES = {"run": {"collector", "evaluator", "machine", "monitor"}}
 # Packages outside pipeline/: the environments and the network never import the pipeline.
 OUTSIDE = {
     "envs": {"pipeline", "config", "configuration"},

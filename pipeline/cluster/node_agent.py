@@ -2,7 +2,7 @@
 
 On its node it does what the trainer does locally: it creates the ring and weights
 blocks in the node's own shared memory, and starts ``num_processes`` collector processes
-through the same :class:`~pipeline.run.supervisor.Supervisor`
+through the same :class:`~pipeline.run.collector.supervisor.Supervisor`
 (same collector code, records and ring protocol; restarts of hung or dead collectors
 included). The collectors watch its pid and leave when it is gone.
 
@@ -43,9 +43,9 @@ import numpy as np
 
 from pipeline.cluster import reaper
 from pipeline.cluster.batches import PullResult, take_records
-from pipeline.run.collector import CollectorArgs, collector_main
+from pipeline.run.collector.process import CollectorArgs, collector_main
+from pipeline.run.collector.supervisor import Supervisor
 from pipeline.run.monitor.procstats import process_stats
-from pipeline.run.supervisor import Supervisor
 from pipeline.transport import ring as R
 from pipeline.transport import segments
 from pipeline.transport.episodes import EpisodeSummary, receive

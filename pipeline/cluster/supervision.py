@@ -7,7 +7,7 @@ epsilon out), the newest weights where no transfer is in flight, restarted agent
 incarnation, accepted), dead nodes (logged once, their unreceived records counted as
 lost, their segments removed where this machine can see them), and new nodes placed in
 free places. :class:`ClusterSupervisor` is what the trainer sees of it: the local
-:class:`~pipeline.run.supervisor.Supervisor`'s face.
+:class:`~pipeline.run.collector.supervisor.Supervisor`'s face.
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """The processes of a training run and the learner's event loop that drives them.
 
-- :mod:`~pipeline.run.collector`: the collector process (emulators, acting, ring writes).
-- :mod:`~pipeline.run.supervisor`: starts, watches and restarts collectors.
+- :mod:`~pipeline.run.collector` (a sub-package): the collector process (emulators,
+  acting, ring writes, frontier starts), and the supervisor that starts, watches and
+  restarts collectors.
 - :mod:`~pipeline.run.consolidator`: the asyncio task that drains the rings into replay.
 - :mod:`~pipeline.run.evaluator` (a sub-package): evaluations beside training, best
   video; the protocol it and the learning benchmark share (episodes at an epsilon, each

@@ -1,7 +1,7 @@
 """Where a run's records come from when the collectors are not this machine's processes.
 
 The trainer runs its own collectors by default: a ring block in this machine's shared
-memory, a :class:`~pipeline.run.supervisor.Supervisor` and a
+memory, a :class:`~pipeline.run.collector.supervisor.Supervisor` and a
 :class:`~pipeline.run.consolidator.Consolidator`. A :class:`CollectionBackend` handed to
 the :class:`~pipeline.run.trainer.Trainer` replaces those three (the Ray backend of
 :mod:`pipeline.cluster` is one), so the trainer's tasks, pacing, monitor and checkpoints

@@ -44,7 +44,7 @@ class RunResources:
     """A training run's learner, replay, shared memory, processes, monitor and files.
 
     ``ring``, ``supervisor`` and ``consolidator`` are this machine's
-    (:class:`~pipeline.transport.ring.TransitionRing`, :class:`~pipeline.run.supervisor.Supervisor`,
+    (:class:`~pipeline.transport.ring.TransitionRing`, :class:`~pipeline.run.collector.supervisor.Supervisor`,
     :class:`~pipeline.run.consolidator.Consolidator`), or a ``collection`` backend's
     stand-ins for them (:mod:`~pipeline.run.collection`); ``ring_segment`` is then None.
     """

@@ -30,7 +30,8 @@ from pipeline.learning.flat_state import state_numel
 from pipeline.learning.learner_device import resolve_device
 from pipeline.run.calibration import Calibration
 from pipeline.run.collection import CollectionBackend
-from pipeline.run.collector import CollectorArgs
+from pipeline.run.collector.process import CollectorArgs
+from pipeline.run.collector.supervisor import Supervisor
 from pipeline.run.consolidator import Consolidator
 from pipeline.run.interrupts import StartupInterrupts
 from pipeline.run.monitor.keys import COUNTER_KEYS
@@ -53,7 +54,6 @@ from pipeline.run.startup import (
     warm_up_learner,
 )
 from pipeline.run.steadiness_watch import make_steadiness_watch
-from pipeline.run.supervisor import Supervisor
 from pipeline.run.write_failures import WriteFailures
 from pipeline.transport import ring as R
 from pipeline.transport import segments

@@ -21,6 +21,7 @@ import numpy as np
 import torch
 
 from pipeline.learning.learner import Learner
+from pipeline.run.collector.supervisor import Supervisor
 from pipeline.run.consolidator import Consolidator
 from pipeline.run.evaluator.evaluations import Evaluations
 from pipeline.run.monitor.keys import (
@@ -31,7 +32,6 @@ from pipeline.run.monitor.keys import (
     phase_ns_key,
 )
 from pipeline.run.monitor.procstats import process_stats
-from pipeline.run.supervisor import Supervisor
 from pipeline.transport.episodes import EpisodeSummary
 from pipeline.transport.ring import COLLECTOR_PHASES, SlotCounters, TransitionRing
 

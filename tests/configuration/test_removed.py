@@ -180,7 +180,8 @@ def test_check_saved_names_its_source() -> None:
 
 def test_the_fixed_values_are_the_ones_the_code_uses() -> None:
     from pipeline.learning import learner
-    from pipeline.run import collector, pacing, run_checkpoints, run_shutdown, steadiness_watch
+    from pipeline.run import pacing, run_checkpoints, run_shutdown, steadiness_watch
+    from pipeline.run.collector import process as collector
 
     assert REMOVED["adam_eps"] == learner.ADAM_EPS
     assert REMOVED["grad_clip"] == learner.GRAD_CLIP

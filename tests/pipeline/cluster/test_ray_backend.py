@@ -397,9 +397,9 @@ RECORDS = 300  # per stream: a few dozen Catch episodes, greedy and random steps
 def _local_records(cfg: Config, flat: np.ndarray, epsilon: float, tmp_path: Path) -> list[np.ndarray]:
     """The first RECORDS records of each stream of ``cfg.num_processes`` local collectors
     acting with ``flat`` at ``epsilon``, read by the local backend's consolidator."""
-    from pipeline.run.collector import CollectorArgs
+    from pipeline.run.collector.process import CollectorArgs
+    from pipeline.run.collector.supervisor import Supervisor
     from pipeline.run.consolidator import Consolidator
-    from pipeline.run.supervisor import Supervisor
     from pipeline.transport import ring as R
     from pipeline.transport.segments import create_segment, segment_name
     from pipeline.transport.weights import block_bytes

@@ -8,10 +8,10 @@ import time
 
 from config import Config
 from pipeline.learning.policy import network_of
-from pipeline.run import supervisor as S
+from pipeline.run.collector import supervisor as S
 from pipeline.transport import ring as R
 from tests.pipeline import producers as P
-from tests.pipeline.run.one_collector import one_collector
+from tests.pipeline.run.collector.one_collector import one_collector
 
 TAG = P.new_tag("backpressure")
 HEARTBEAT_TIMEOUT_S = 2.0

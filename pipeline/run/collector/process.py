@@ -26,7 +26,7 @@ not started is that many frames overdue, and the collector waits (counted as sta
 
 With ``frontier_start_share`` > 0 a share of episodes start at a point of the collector's
 furthest trajectory so far, reached by replaying its recorded actions
-(:mod:`~pipeline.run.frontier_starts`); only what follows is recorded, as an episode of its
+(:mod:`~pipeline.run.collector.frontier_starts`); only what follows is recorded, as an episode of its
 own (a START record).
 """
 
@@ -48,8 +48,8 @@ from pipeline.common.priority import yield_to_learner
 from pipeline.common.seeds import stream_seed
 from pipeline.learning.exploration import epsilon_greedy
 from pipeline.learning.frontier import EpisodeTrace, FrontierArchive, stage_signature
-from pipeline.run.env_stream import EnvStream
-from pipeline.run.frontier_starts import FrontierStarter
+from pipeline.run.collector.env_stream import EnvStream
+from pipeline.run.collector.frontier_starts import FrontierStarter
 from pipeline.transport import episodes as episode_channel
 from pipeline.transport import ring as R
 from pipeline.transport.records import FLAG_FINAL, FLAG_START, FLAG_TERMINATED, FLAG_TRUNCATED

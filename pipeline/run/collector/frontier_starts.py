@@ -16,7 +16,7 @@ import numpy as np
 
 from config import Config
 from pipeline.learning.frontier import FrontierArchive
-from pipeline.run.env_stream import EnvStream
+from pipeline.run.collector.env_stream import EnvStream
 from pipeline.transport import ring as R
 from pipeline.transport.weights import WeightsBlock
 

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from pipeline.common.child import process_context
-from pipeline.run.collector import CollectorArgs, collector_main
+from pipeline.run.collector.process import CollectorArgs, collector_main
 from pipeline.transport import ring as R
 
 logger = logging.getLogger("mario.supervisor")

@@ -24,7 +24,7 @@ from pipeline.learning.policy import network_of
 from pipeline.transport import episodes as episode_channel
 from pipeline.transport.records import FLAG_FINAL, FLAG_START
 from tests.pipeline import producers as P
-from tests.pipeline.run.one_collector import one_collector
+from tests.pipeline.run.collector.one_collector import one_collector
 
 TAG = P.new_tag("frontier")
 FRONTIER_EPISODES = 4  # episodes started near the frontier to collect
