@@ -173,7 +173,7 @@ class Config:
     fewest it runs with."""
     learner_threads_max: int = 0
     """The most intra-op threads the learner takes while the collectors wait for it (0 = every
-    core; learner_threads or fewer = a fixed count). See pipeline/run/thread_handover.py."""
+    core; learner_threads or fewer = a fixed count). See pipeline/run/trainer/thread_handover.py."""
     collector_niceness: int = 15
     """Levels of CPU priority (nice) the collectors run below the learner, 0-19: the learner,
     the run's bottleneck whenever they wait for it, gets a core the moment it wants one. At 5

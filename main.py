@@ -184,7 +184,7 @@ def run_train(argv: list[str]) -> int:
     try:
         overrides = cli_overrides(args)
         if overrides.get("resume") and not args.print_config:
-            from pipeline.run.startup import check_resume
+            from pipeline.run.trainer.pieces import check_resume
 
             # A checkpoint that cannot resume this run fails now, not after the measuring below.
             check_resume(overrides, args.preset)
@@ -198,8 +198,8 @@ def run_train(argv: list[str]) -> int:
         return 0
     _setup_logging()
     from pipeline.learning.checkpoint import CheckpointError
-    from pipeline.run.startup import TrainingError
-    from pipeline.run.trainer import Trainer
+    from pipeline.run.trainer.pieces import TrainingError
+    from pipeline.run.trainer.trainer import Trainer
 
     collection = None
     if resolved.config.backend == "ray":  # chosen by a knob or --set too

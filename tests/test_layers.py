@@ -35,7 +35,7 @@ FORBIDDEN_IN = {
     "transport": {"torch", "config", "configuration", "envs", "models"},
 }
 # The sub-packages of each layer (one level deep), each a family of the layer's modules.
-SUB_PACKAGES = {"run": {"collector", "evaluator", "machine", "monitor"}}
+SUB_PACKAGES = {"run": {"collector", "evaluator", "machine", "monitor", "trainer"}}
 # Packages outside pipeline/: the environments and the network never import the pipeline.
 OUTSIDE = {
     "envs": {"pipeline", "config", "configuration"},
@@ -165,7 +165,7 @@ def test_the_checker_catches_a_wrong_way_import(tmp_path):
     layer = tmp_path / "pipeline" / "transport"
     layer.mkdir(parents=True)
     (layer / "__init__.py").write_text('"""x"""\n')
-    (layer / "bad.py").write_text("def f():\n    from pipeline.run.trainer import Trainer\n    import torch\n")
+    (layer / "bad.py").write_text("def f():\n    from pipeline.run.trainer.trainer import Trainer\n    import torch\n")
     (layer / "sibling.py").write_text("from . import bad\nfrom ..learning import replay\n")
     found = violations(tmp_path / "pipeline", root=tmp_path)
     assert any("transport may not import run" in p for p in found)
@@ -184,9 +184,13 @@ def test_a_sub_package_follows_its_layers_rules(tmp_path):
     (family / "member.py").write_text(
         "from pipeline.learning import loose\nfrom pipeline.transport import ring\nfrom ..loose import g\n"
     )
-    (family / "upward.py").write_text("def f():\n    from pipeline.run.trainer import Trainer\n    import config\n")
+    (family / "upward.py").write_text(
+        "def f():\n    from pipeline.run.trainer.trainer import Trainer\n    import config\n"
+    )
     found = violations(tmp_path / "pipeline", root=tmp_path)
-    assert found == ["pipeline/learning/family/upward.py:2 imports pipeline.run.trainer (learning may not import run)"]
+    assert found == [
+        "pipeline/learning/family/upward.py:2 imports pipeline.run.trainer.trainer (learning may not import run)"
+    ]
 
 
 def project_modules(root: Path = ROOT) -> dict[str, Path]:

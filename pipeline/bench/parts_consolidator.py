@@ -2,7 +2,7 @@
 
 ``producers`` spawn processes flood their ring slots with full-size records (a pre-built
 record array; one record copy + commit per record, i.e. a collector's write without an
-environment). The test process runs the real :class:`~pipeline.run.consolidator.Consolidator`
+environment). The test process runs the real :class:`~pipeline.run.trainer.consolidator.Consolidator`
 ``run()`` coroutine into a real :class:`pipeline.learning.replay.ReplayMemory` on the CPU and
 counts what it consumed during ``seconds`` after a 1 s warm-up.
 
@@ -87,7 +87,7 @@ def make_sink(streams: int):
 # ------------------------------------------------------------------------ benchmark
 def bench_consolidator(seconds: float = 5.0, producers: int = 2, capacity: int = 1024) -> dict:
     """Records/s and MB/s the consolidator absorbs from ``producers`` flooding producers."""
-    from pipeline.run.consolidator import Consolidator
+    from pipeline.run.trainer.consolidator import Consolidator
 
     layout = R.RingLayout(num_slots=producers, capacity=capacity)
     tag = f"bench{uuid.uuid4().hex[:8]}"

@@ -11,7 +11,7 @@ The parts (``--only NAME`` runs one; a comma-separated list runs several):
     resize, reward scale and limits) likewise. Frames and agent steps are counted
     separately: one agent step is ``frame_skip`` emulator frames.
 ``collector``
-    ONE real collector (the real :class:`~pipeline.run.trainer.Trainer`, ``train=False``,
+    ONE real collector (the real :class:`~pipeline.run.trainer.trainer.Trainer`, ``train=False``,
     ``throttle=False``, so the consolidator drains the ring as fast as it fills) with
     epsilon 0 (a schedule at its floor after one frame): the Q-network runs on *every* step, the worst
     case for the collector. It is measured between two runs of the wrapped-env process

@@ -1,6 +1,6 @@
 """Benchmark Trainer runs: a real Trainer in its own process, measured over a steady window.
 
-:func:`run_trainer` starts a plain :class:`~pipeline.run.trainer.Trainer` in a spawned
+:func:`run_trainer` starts a plain :class:`~pipeline.run.trainer.trainer.Trainer` in a spawned
 learner process, as ``python main.py`` would, with a :class:`BenchWindow` as its
 ``on_snapshot`` hook: the window records every monitor snapshot, opens once the run is
 steady (:data:`READY`) and stops the run when it has lasted long enough.
@@ -33,7 +33,7 @@ from pipeline.transport.ring import COLLECTOR_PHASES
 
 if TYPE_CHECKING:  # importing the trainer imports torch: not for every bench process
     from config import Config
-    from pipeline.run.trainer import Trainer
+    from pipeline.run.trainer.trainer import Trainer
 
 TRAINER_START_ALLOWANCE_S = 240.0  # compile, spawn collectors, fill learning_starts
 # The child winds down on its own once the window closes; past this, SIGTERM (the
@@ -102,7 +102,7 @@ def _make_bench_trainer(
     time_limit_s: float,
 ) -> tuple[Trainer, BenchWindow]:
     """A real Trainer whose snapshots a :class:`BenchWindow` records, and that window."""
-    from pipeline.run.trainer import Trainer
+    from pipeline.run.trainer.trainer import Trainer
 
     window = BenchWindow(window_s=window_s, warmup_s=warmup_s, ready=ready)
     collection = None
@@ -183,7 +183,7 @@ def run_trainer(
     except ChildError as exc:
         # Imported here, in the parent only when a run failed: the trainer imports torch.
         from pipeline.learning.checkpoint import CheckpointError
-        from pipeline.run.startup import TrainingError
+        from pipeline.run.trainer.pieces import TrainingError
 
         if exc.raised(CheckpointError) or exc.raised(TrainingError) or exc.raised(UserError):
             raise UserError(exc.message) from None

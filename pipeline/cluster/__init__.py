@@ -10,7 +10,7 @@
   per-ring sequence ranges, the slot headers) and the learner's exactly-once ledger.
 - :mod:`~pipeline.cluster.node_link`: the learner's side of one node: pulls in flight
   (credits), weights transfers, status, failures and incarnations.
-- :mod:`~pipeline.cluster.ray_backend`: the :class:`~pipeline.run.collection.CollectionBackend`
+- :mod:`~pipeline.cluster.ray_backend`: the :class:`~pipeline.run.trainer.collection.CollectionBackend`
   the trainer runs with ``--backend ray``: every node together, paced by one budget;
   :mod:`~pipeline.cluster.supervision` its half that places, watches and replaces agents.
 

@@ -1,6 +1,6 @@
 """``--backend ray``: collectors on every node of a Ray cluster, one learner pulling from all.
 
-:class:`RayBackend` is the trainer's :class:`~pipeline.run.collection.CollectionBackend`.
+:class:`RayBackend` is the trainer's :class:`~pipeline.run.trainer.collection.CollectionBackend`.
 At :meth:`~RayBackend.prepare` it joins the cluster (or starts a one-node Ray) and waits
 for the nodes that offer the ``collector_node`` resource; each becomes a *place* with a
 fixed range of replay streams. :meth:`~RayBackend.open` puts a node agent
@@ -39,7 +39,7 @@ from pipeline.cluster.node_link import CREDITS, MIN_PULL, PULL_RECORDS, NodeLink
 from pipeline.cluster.supervision import CALL_TIMEOUT_S, ClusterSupervisor, NodeSupervision, remove_dead_segments
 from pipeline.common.errors import UserError
 from pipeline.run.monitor.keys import NodeGauge, node_gauge_key
-from pipeline.run.startup import TrainingError
+from pipeline.run.trainer.pieces import TrainingError
 from pipeline.transport.episodes import EpisodeSummary
 from pipeline.transport.weights import WeightsBlock
 

@@ -28,7 +28,7 @@ policy's figures can be set beside those of a fixed button press under the same 
 from the returns its policy collects (:mod:`pipeline.run.evaluator.value_check`).
 ``--recalibrate`` re-estimates the network's BatchNorm statistics for its weights on a
 saved replay's states before playing (:mod:`pipeline.learning.batchnorm_stats`), as a
-saved copy gets them (:mod:`pipeline.run.calibration`): checkpoints saved before marks and
+saved copy gets them (:mod:`pipeline.run.trainer.calibration`): checkpoints saved before marks and
 checkpoints were calibrated for their own weights carry statistics older than the weights,
 and those saved before they were calibrated over ``SAVED_STATISTICS_STATES`` states carry
 a noisier estimate (one 1-1 mark read 1,007 mean x_pos as saved, 2,187 recalibrated).

@@ -1,7 +1,7 @@
 """How many cores a run has, and how many intra-op threads its learner runs with.
 
 One place for the rule the run's start-up, the thread hand-over
-(:mod:`pipeline.run.thread_handover`) and the learner benchmark share: the learner runs at
+(:mod:`pipeline.run.trainer.thread_handover`) and the learner benchmark share: the learner runs at
 least with ``learner_threads`` (0: the cores the collectors leave, at least one) and at
 most with ``learner_threads_max`` (0: every core) while the collectors wait for it.
 """

@@ -10,7 +10,7 @@ thread); with those processes at nice 15, 30 ms with one thread and 19.5 ms with
 quiet (docs/benchmarks.md). So the collectors run ``collector_niceness`` (config.py, 15)
 levels below the learner: they take every cycle the learner leaves and give the core back as soon as it
 wants it, which is what lets the learner take more threads when the collectors stall
-(:mod:`pipeline.run.thread_handover`).
+(:mod:`pipeline.run.trainer.thread_handover`).
 
 The evaluator keeps its nice 10 (:mod:`pipeline.run.evaluator.process`), above the
 collectors: its work per evaluation interval is fixed, so its priority only decides when

@@ -16,7 +16,7 @@ __all__ = ["SAVED_STATISTICS_STATES", "LearnerSettings"]
 
 # Replay states the BatchNorm statistics of a saved copy (a mark, a checkpoint) are
 # estimated over, against ``bn_calibration_states`` for a publish: a saved copy is played
-# as it is for as long as anyone plays it (pipeline.run.calibration). 128 chunks of 32, two
+# as it is for as long as anyone plays it (pipeline.run.trainer.calibration). 128 chunks of 32, two
 # seconds of one core per mark for both networks (one 1-1 mark played the same 20
 # episodes over 1,024).
 SAVED_STATISTICS_STATES = 4096

@@ -180,15 +180,16 @@ def test_check_saved_names_its_source() -> None:
 
 def test_the_fixed_values_are_the_ones_the_code_uses() -> None:
     from pipeline.learning import learner
-    from pipeline.run import pacing, run_checkpoints, run_shutdown, steadiness_watch
+    from pipeline.run import pacing
     from pipeline.run.collector import process as collector
+    from pipeline.run.trainer import checkpoints, shutdown, steadiness_watch
 
     assert REMOVED["adam_eps"] == learner.ADAM_EPS
     assert REMOVED["grad_clip"] == learner.GRAD_CLIP
     assert REMOVED["epsilon_start"] == pacing.EPSILON_START
     assert REMOVED["weights_check_steps"] == collector.WEIGHTS_CHECK_STEPS
-    assert REMOVED["eval_final_timeout_s"] == run_shutdown.FINAL_EVALUATION_TIMEOUT_S
-    assert REMOVED["keep_checkpoints"] == run_checkpoints.KEEP_CHECKPOINTS
+    assert REMOVED["eval_final_timeout_s"] == shutdown.FINAL_EVALUATION_TIMEOUT_S
+    assert REMOVED["keep_checkpoints"] == checkpoints.KEEP_CHECKPOINTS
     assert REMOVED["steadiness_probe_states"] == steadiness_watch.PROBE_STATES
     assert REMOVED["steadiness_batchings"] == steadiness_watch.BATCHINGS
 

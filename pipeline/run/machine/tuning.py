@@ -18,12 +18,12 @@ updates of ``1 / u(B)`` seconds each, so one core-second of the machine yields
 core-second among those the learning benchmark has measured (:data:`MEASURED_LEARNING`)
 is chosen, and the fewest collectors that keep the machine busy at that
 balance are started; the learner starts on the cores they leave (at least one) and takes
-more while they stall (:mod:`pipeline.run.thread_handover`). The preset's batch size is kept unless another costs
-at least 10 % less per sample (the batch size changes learning, not only speed). The
-same balance at replay ratios 4, 8 and 16 gives the frames/s each would run at: the
-wall-time cost of more updates per frame on this machine. The result (measurements and
-choices) is cached per machine and torch version; ``python main.py tune`` measures
-again and prints it. Figures measured while other
+more while they stall (:mod:`pipeline.run.trainer.thread_handover`). The preset's batch
+size is kept unless another costs at least 10 % less per sample (the batch size changes
+learning, not only speed). The same balance at replay ratios 4, 8 and 16 gives the
+frames/s each would run at: the wall-time cost of more updates per frame on this
+machine. The result (measurements and choices) is cached per machine and torch version;
+``python main.py tune`` measures again and prints it. Figures measured while other
 processes kept a quarter of the cores or more busy are likely low: they are used for the
 run at hand but not cached (``python main.py tune --force`` caches them, marked busy).
 """
@@ -172,7 +172,7 @@ def plan(cfg: Config, frames_per_s: float, updates_per_s: dict[int, float], core
     def steps_per_s(collectors: int) -> float:
         # Bounded by the collectors, by the learner, and by the whole machine's CPU. The
         # learner may use every core: the collectors run below its priority and it takes
-        # their cores' threads while they stall (pipeline.run.thread_handover), so only
+        # their cores' threads while they stall (pipeline.run.trainer.thread_handover), so only
         # the machine's CPU bounds it, not the cores the collectors leave.
         return min(collectors / step_cost, cores / learn_cost(batch), cores / total)
 

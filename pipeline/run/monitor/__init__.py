@@ -11,6 +11,6 @@
 
 All of it runs in the learner process, and a node agent of the Ray backend measures its
 own collectors with ``procstats``. It reads snapshots and knows nothing of the processes
-behind them: the trainer builds them (:mod:`pipeline.run.snapshots`). Uses
+behind them: the trainer builds them (:mod:`pipeline.run.trainer.snapshots`). Uses
 :mod:`pipeline.transport` (the collector phases) and :mod:`pipeline.common`.
 """

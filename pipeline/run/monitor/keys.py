@@ -5,7 +5,7 @@ The counters (:data:`COUNTER_KEYS`), the phases' keys (:func:`collector_phase_ke
 :func:`learner_phase_key`) and the collector nodes' gauges (:func:`node_gauge_key`); the
 gauges that other layers name too (the steadiness probe's, the evaluator's) are in
 :mod:`pipeline.common.gauges`. The trainer builds snapshots with them
-(:mod:`pipeline.run.snapshots`); the monitor (:mod:`pipeline.run.monitor.monitor`) and its views
+(:mod:`pipeline.run.trainer.snapshots`); the monitor (:mod:`pipeline.run.monitor.monitor`) and its views
 (:mod:`pipeline.run.monitor.view`) read them.
 """
 

@@ -63,7 +63,7 @@ from pipeline.learning.policy import network_of
 from pipeline.run.evaluator.protocol import EvaluationProtocol
 from pipeline.transport.segments import project_segments, run_tag
 from tests.conftest import wait_until
-from tests.pipeline.run.test_trainer import training_started
+from tests.pipeline.run.trainer.test_trainer import training_started
 
 ROOT = Path(__file__).resolve().parents[3]
 CATCH = Config(env_id="Catch-v0")

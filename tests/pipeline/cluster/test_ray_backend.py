@@ -399,7 +399,7 @@ def _local_records(cfg: Config, flat: np.ndarray, epsilon: float, tmp_path: Path
     acting with ``flat`` at ``epsilon``, read by the local backend's consolidator."""
     from pipeline.run.collector.process import CollectorArgs
     from pipeline.run.collector.supervisor import Supervisor
-    from pipeline.run.consolidator import Consolidator
+    from pipeline.run.trainer.consolidator import Consolidator
     from pipeline.transport import ring as R
     from pipeline.transport.segments import create_segment, segment_name
     from pipeline.transport.weights import block_bytes
@@ -454,7 +454,7 @@ def test_main_on_the_ray_backend_trains_and_accounts_for_every_record_per_node_a
     each feed the learner at the preset's replay ratio, the learner updates and publishes,
     and summary.json accounts for every record per node and ring. That the records and
     weights Ray carries are the local collectors' own is the test above; that the whole
-    pipeline learns Catch is tests/pipeline/run/test_trainer.py's."""
+    pipeline learns Catch is tests/pipeline/run/trainer/test_trainer.py's."""
     c, _ = cluster
     frames = 2000  # some 110 updates after the 200 of warm-up: every part of the loop runs
     result = run_main(

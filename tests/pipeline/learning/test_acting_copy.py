@@ -14,7 +14,7 @@ from config import Config
 from pipeline.learning.checkpoint import save_checkpoint
 from pipeline.learning.learner import Learner
 from pipeline.learning.policy import load_policy
-from pipeline.run.run_checkpoints import mark_payload
+from pipeline.run.trainer.checkpoints import mark_payload
 from tests.pipeline.learning.acting_learners import NUM_ACTIONS, TAU
 from tests.pipeline.learning.acting_learners import acting_learner as make_learner
 from tests.pipeline.learning.test_batchnorm_stats import Draws, batch_of, mean_offset, states_like_replay

@@ -18,7 +18,7 @@ from contextlib import contextmanager
 import numpy as np
 import pytest
 
-from pipeline.run.consolidator import Consolidator
+from pipeline.run.trainer.consolidator import Consolidator
 from pipeline.transport import ring as R
 from pipeline.transport.records import RECORD_BYTES, RECORD_DTYPE
 from pipeline.transport.segments import create_segment, release, segment_name

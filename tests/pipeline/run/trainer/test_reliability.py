@@ -23,12 +23,12 @@ import psutil
 import pytest
 
 from pipeline.learning.checkpoint import CHECKPOINT_PATTERN, load_checkpoint
-from pipeline.run.run_checkpoints import KEEP_CHECKPOINTS
+from pipeline.run.trainer.checkpoints import KEEP_CHECKPOINTS
 from pipeline.transport import ring as R
 from pipeline.transport.segments import project_segments, run_tag
 from tests.conftest import wait_until
 from tests.pipeline.producers import attached_ring
-from tests.pipeline.run.test_trainer import ROOT, checkpoints, read_csv, training_started
+from tests.pipeline.run.trainer.test_trainer import ROOT, checkpoints, read_csv, training_started
 
 pytestmark = pytest.mark.slow
 

@@ -1,5 +1,8 @@
 """What a training run settles before it starts: where it writes, what it resumes, what it runs on.
 
+The pieces that :func:`~pipeline.run.trainer.startup.open_run` builds a run from, in its
+order; main.py reads :func:`check_resume` and :class:`TrainingError` from here too.
+
 - :class:`RunPaths`: the run directory's layout (checkpoints, logs).
 - :func:`new_run_root`, :func:`resolve_resume`, :func:`latest_checkpoint`: the run
   directory of a fresh run, or the checkpoint and directory that ``--resume`` names.

@@ -7,7 +7,7 @@ import logging
 import numpy as np
 
 from config import Config
-from pipeline.run.startup import REPLAY_FILE, build_replay, restore_replay, save_replay
+from pipeline.run.trainer.pieces import REPLAY_FILE, build_replay, restore_replay, save_replay
 from pipeline.transport.records import FLAG_FINAL, FLAG_START, FLAG_TERMINATED, RECORD_DTYPE
 
 
@@ -53,7 +53,7 @@ def test_a_missing_or_corrupt_replay_is_one_warning_and_an_empty_replay(tmp_path
 
 def test_a_resume_names_the_learning_settings_it_changes():
     from config import Config
-    from pipeline.run.startup import changed_on_resume
+    from pipeline.run.trainer.pieces import changed_on_resume
 
     saved = Config(gamma=0.9, n_step=5, total_frames=1000).to_dict()
     same = Config(gamma=0.9, n_step=5, total_frames=9000, run_name="x", monitor="off")

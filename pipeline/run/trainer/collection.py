@@ -2,8 +2,8 @@
 
 The trainer runs its own collectors by default: a ring block in this machine's shared
 memory, a :class:`~pipeline.run.collector.supervisor.Supervisor` and a
-:class:`~pipeline.run.consolidator.Consolidator`. A :class:`CollectionBackend` handed to
-the :class:`~pipeline.run.trainer.Trainer` replaces those three (the Ray backend of
+:class:`~pipeline.run.trainer.consolidator.Consolidator`. A :class:`CollectionBackend` handed to
+the :class:`~pipeline.run.trainer.trainer.Trainer` replaces those three (the Ray backend of
 :mod:`pipeline.cluster` is one), so the trainer's tasks, pacing, monitor and checkpoints
 stay the same whichever backend feeds them; this layer never imports the backends.
 

@@ -1,10 +1,10 @@
 """What a training run holds from its startup to its shutdown: one object, :class:`RunResources`.
 
-:func:`~pipeline.run.run_startup.open_run` builds it, in the order that lets a failure
+:func:`~pipeline.run.trainer.startup.open_run` builds it, in the order that lets a failure
 leave nothing behind, and registers how each piece is released on the run's release
-stack (a ``contextlib.ExitStack`` the :class:`~pipeline.run.trainer.Trainer` closes at
+stack (a ``contextlib.ExitStack`` the :class:`~pipeline.run.trainer.trainer.Trainer` closes at
 its very end, whatever failed). The trainer's tasks use it while the run goes;
-:mod:`~pipeline.run.run_shutdown` writes what the run leaves (final checkpoint, replay,
+:mod:`~pipeline.run.trainer.shutdown` writes what the run leaves (final checkpoint, replay,
 ``summary.json``) from it before the stack releases it.
 """
 
@@ -19,15 +19,15 @@ import torch
 
 from pipeline.learning.learner import Learner
 from pipeline.learning.replay import ReplayMemory
-from pipeline.run.calibration import Calibration
-from pipeline.run.collection import CollectionBackend
 from pipeline.run.machine.preflight import RunLock
 from pipeline.run.monitor.keys import CounterKey
 from pipeline.run.monitor.monitor import Monitor
 from pipeline.run.pacing import RateLimiter
-from pipeline.run.run_checkpoints import RunCheckpoints
-from pipeline.run.startup import RunPaths
-from pipeline.run.steadiness_watch import SteadinessWatch
+from pipeline.run.trainer.calibration import Calibration
+from pipeline.run.trainer.checkpoints import RunCheckpoints
+from pipeline.run.trainer.collection import CollectionBackend
+from pipeline.run.trainer.pieces import RunPaths
+from pipeline.run.trainer.steadiness_watch import SteadinessWatch
 from pipeline.transport import segments
 from pipeline.transport.weights import WeightsBlock
 
@@ -45,8 +45,8 @@ class RunResources:
 
     ``ring``, ``supervisor`` and ``consolidator`` are this machine's
     (:class:`~pipeline.transport.ring.TransitionRing`, :class:`~pipeline.run.collector.supervisor.Supervisor`,
-    :class:`~pipeline.run.consolidator.Consolidator`), or a ``collection`` backend's
-    stand-ins for them (:mod:`~pipeline.run.collection`); ``ring_segment`` is then None.
+    :class:`~pipeline.run.trainer.consolidator.Consolidator`), or a ``collection`` backend's
+    stand-ins for them (:mod:`~pipeline.run.trainer.collection`); ``ring_segment`` is then None.
     """
 
     paths: RunPaths

@@ -26,14 +26,14 @@ from pipeline.learning.checkpoint import load_checkpoint, save_checkpoint
 from pipeline.learning.learner import Learner
 from pipeline.learning.learner_compile import caused_by_interrupt
 from pipeline.learning.learner_settings import LearnerSettings
-from pipeline.run.interrupts import StartupInterrupts
 from pipeline.run.monitor.keys import COUNTER_KEYS
-from pipeline.run.run_checkpoints import checkpoint_payload
-from pipeline.run.startup import check_resume, network_mismatch, save_replay, saved_replay_problem
-from pipeline.run.write_failures import WriteFailures
+from pipeline.run.trainer.checkpoints import checkpoint_payload
+from pipeline.run.trainer.interrupts import StartupInterrupts
+from pipeline.run.trainer.pieces import check_resume, network_mismatch, save_replay, saved_replay_problem
+from pipeline.run.trainer.write_failures import WriteFailures
 from pipeline.transport.segments import project_segments, run_tag
-from tests.pipeline.run.test_startup import filled_replay
-from tests.pipeline.run.test_trainer import ROOT, checkpoints
+from tests.pipeline.run.trainer.test_pieces import filled_replay
+from tests.pipeline.run.trainer.test_trainer import ROOT, checkpoints
 
 TOTAL_FRAMES = 3000
 CHECKPOINT_INTERVAL_S = 1.0
@@ -148,7 +148,7 @@ def test_a_full_disk_is_reported_once_and_the_run_still_stops_at_total_frames(tm
     else:
         run = tmp_path / "full"
         kept = run / "checkpoints"
-        command = [sys.executable, "-m", "tests.pipeline.run.full_disk_main", *main_args(run, *args)]
+        command = [sys.executable, "-m", "tests.pipeline.run.trainer.full_disk_main", *main_args(run, *args)]
     started = LoggedRun(command)
     code = started.finish(timeout_s=600)
     output = started.output

@@ -9,7 +9,7 @@ import time
 import numpy as np
 import pytest
 
-from pipeline.run.consolidator import Consolidator
+from pipeline.run.trainer.consolidator import Consolidator
 from pipeline.transport import ring as R
 from tests.pipeline import producers as P
 

@@ -1,7 +1,7 @@
-"""Tests for pipeline.run.steadiness_watch: when the probe measures and remembers.
+"""Tests for pipeline.run.trainer.steadiness_watch: when the probe measures and remembers.
 
 A real training run's figures reaching metrics.csv are checked on the Catch learning
-run (tests/pipeline/run/test_trainer.py), which measures at 600, 1,200 and 1,800 updates.
+run (tests/pipeline/run/trainer/test_trainer.py), which measures at 600, 1,200 and 1,800 updates.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import torch
 
 from pipeline.learning.learner import Learner
 from pipeline.learning.learner_settings import LearnerSettings
-from pipeline.run.steadiness_watch import MIN_INTERVAL_UPDATES, SteadinessWatch, measurement_interval
+from pipeline.run.trainer.steadiness_watch import MIN_INTERVAL_UPDATES, SteadinessWatch, measurement_interval
 
 NUM_ACTIONS = 3
 

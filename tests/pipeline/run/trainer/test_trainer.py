@@ -30,7 +30,7 @@ from pipeline.learning.shipped import acting_weights
 from pipeline.transport.segments import project_segments, run_tag
 from tests.conftest import run_main, wait_until
 
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = Path(__file__).resolve().parents[4]
 EVAL_LAG_FRAMES = 1000  # training waits once an evaluation is this many frames overdue
 LEARN_FRAMES = 5_000  # Catch is learned within it (see the learning test)
 EVAL_INTERVAL_FRAMES = 2_000  # 3 evaluations in LEARN_FRAMES, the last of them the final one

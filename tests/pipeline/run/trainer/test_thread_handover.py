@@ -1,4 +1,4 @@
-"""Tests for pipeline.run.thread_handover and pipeline.common.cores: a collector stall
+"""Tests for pipeline.run.trainer.thread_handover and pipeline.common.cores: a collector stall
 gives the learner threads, a learner wait gives them back, one step a tick within the
 range, from fake stall figures; and the range the settings give."""
 
@@ -8,7 +8,7 @@ import pytest
 
 from pipeline.common.cores import learner_thread_range
 from pipeline.run.monitor.keys import collector_phase_key, learner_phase_key
-from pipeline.run.thread_handover import STALL_UP, WAIT_DOWN, HandoverWatch, ThreadHandover
+from pipeline.run.trainer.thread_handover import STALL_UP, WAIT_DOWN, HandoverWatch, ThreadHandover
 
 SECOND_NS = 1e9
 

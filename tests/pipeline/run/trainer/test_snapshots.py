@@ -16,8 +16,8 @@ from pipeline.common.gauges import EVAL_GAUGES
 from pipeline.run.evaluator.evaluations import Evaluations
 from pipeline.run.monitor import keys as M
 from pipeline.run.monitor.monitor import Monitor, Snapshot
-from pipeline.run.run_checkpoints import MIN_EPISODES_FOR_BEST, rolling_return
-from pipeline.run.snapshots import (
+from pipeline.run.trainer.checkpoints import MIN_EPISODES_FOR_BEST, rolling_return
+from pipeline.run.trainer.snapshots import (
     collector_rows,
     copy_slot_counters,
     learning_gauges,

@@ -1,4 +1,4 @@
-"""A training run's startup: :func:`open_run` builds its :class:`~pipeline.run.resources.RunResources`.
+"""A training run's startup: :func:`open_run` builds its :class:`~pipeline.run.trainer.resources.RunResources`.
 
 The order: the resume checkpoint (read and checked before anything is created), the
 machine's limits and the run directory's lock, the run directory, the learner, the replay
@@ -28,18 +28,17 @@ import envs
 from config import Config
 from pipeline.learning.flat_state import state_numel
 from pipeline.learning.learner_device import resolve_device
-from pipeline.run.calibration import Calibration
-from pipeline.run.collection import CollectionBackend
 from pipeline.run.collector.process import CollectorArgs
 from pipeline.run.collector.supervisor import Supervisor
-from pipeline.run.consolidator import Consolidator
-from pipeline.run.interrupts import StartupInterrupts
 from pipeline.run.monitor.keys import COUNTER_KEYS
 from pipeline.run.monitor.monitor import Monitor
 from pipeline.run.pacing import RateLimiter
-from pipeline.run.resources import RunResources, slots_of
-from pipeline.run.run_checkpoints import RunCheckpoints, resume_from
-from pipeline.run.startup import (
+from pipeline.run.trainer.calibration import Calibration
+from pipeline.run.trainer.checkpoints import RunCheckpoints, resume_from
+from pipeline.run.trainer.collection import CollectionBackend
+from pipeline.run.trainer.consolidator import Consolidator
+from pipeline.run.trainer.interrupts import StartupInterrupts
+from pipeline.run.trainer.pieces import (
     RunPaths,
     TrainingError,
     build_learner,
@@ -53,8 +52,9 @@ from pipeline.run.startup import (
     seed_and_threads,
     warm_up_learner,
 )
-from pipeline.run.steadiness_watch import make_steadiness_watch
-from pipeline.run.write_failures import WriteFailures
+from pipeline.run.trainer.resources import RunResources, slots_of
+from pipeline.run.trainer.steadiness_watch import make_steadiness_watch
+from pipeline.run.trainer.write_failures import WriteFailures
 from pipeline.transport import ring as R
 from pipeline.transport import segments
 from pipeline.transport.weights import WeightsBlock, block_bytes

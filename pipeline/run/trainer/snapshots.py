@@ -22,7 +22,6 @@ import torch
 
 from pipeline.learning.learner import Learner
 from pipeline.run.collector.supervisor import Supervisor
-from pipeline.run.consolidator import Consolidator
 from pipeline.run.evaluator.evaluations import Evaluations
 from pipeline.run.monitor.keys import (
     CounterKey,
@@ -32,6 +31,7 @@ from pipeline.run.monitor.keys import (
     phase_ns_key,
 )
 from pipeline.run.monitor.procstats import process_stats
+from pipeline.run.trainer.consolidator import Consolidator
 from pipeline.transport.episodes import EpisodeSummary
 from pipeline.transport.ring import COLLECTOR_PHASES, SlotCounters, TransitionRing
 
@@ -124,7 +124,7 @@ def process_gauges(collectors: Sequence[Mapping[str, float]], device: torch.devi
         "collectors_cpu_pct": float(sum(c["cpu_pct"] for c in collectors)),
         "learner_cpu_pct": learner["cpu_pct"],
         "learner_rss_mb": learner["rss_mb"],
-        # What the thread hand-over (pipeline.run.thread_handover) gives the learner now.
+        # What the thread hand-over (pipeline.run.trainer.thread_handover) gives the learner now.
         "learner_threads": float(torch.get_num_threads()),
     }
     if device.type == "cuda":

@@ -36,7 +36,7 @@ from pipeline.learning.checkpoint import (
 )
 from pipeline.learning.learner import Learner
 from pipeline.run.monitor.keys import COUNTER_KEYS, CounterKey
-from pipeline.run.write_failures import MB, WriteFailures, free_space, short_reason
+from pipeline.run.trainer.write_failures import MB, WriteFailures, free_space, short_reason
 from pipeline.transport.episodes import EpisodeSummary
 
 BEST_NAME = "best.pt"

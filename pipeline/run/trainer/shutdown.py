@@ -1,6 +1,6 @@
 """The steps of a training run's shutdown that write what the run leaves behind.
 
-The :class:`~pipeline.run.trainer.Trainer` runs them in order once its event loop has
+The :class:`~pipeline.run.trainer.trainer.Trainer` runs them in order once its event loop has
 ended (collectors asked to stop through the weights block and joined): the final
 evaluation waited for (:func:`finish_evaluations`), the rings drained (:func:`drain`), the
 final checkpoint (:func:`save_final`), the replay and ``summary.json``
@@ -20,10 +20,10 @@ from typing import Any
 from pipeline.common.files import atomic_write
 from pipeline.learning.checkpoint import CheckpointError
 from pipeline.run.evaluator.evaluations import Evaluations
-from pipeline.run.interrupts import WaitInterrupts
 from pipeline.run.monitor.monitor import Monitor, Snapshot
-from pipeline.run.run_checkpoints import RunCheckpoints
-from pipeline.run.write_failures import WriteFailures, free_space, short_reason
+from pipeline.run.trainer.checkpoints import RunCheckpoints
+from pipeline.run.trainer.interrupts import WaitInterrupts
+from pipeline.run.trainer.write_failures import WriteFailures, free_space, short_reason
 
 __all__ = ["drain", "final_monitor_row", "finish_evaluations", "save_final", "write_summary"]
 

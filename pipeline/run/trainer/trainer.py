@@ -13,29 +13,29 @@ Beside the collectors, an evaluator process (:mod:`pipeline.run.evaluator`, when
 ``eval_interval_frames`` emulator frames; the monitor tick collects its results without blocking and shows
 them as the ``eval_*`` gauges (table, CSV, TensorBoard).
 
-Startup order matters (:func:`~pipeline.run.run_startup.open_run`): the network is
+Startup order matters (:func:`~pipeline.run.trainer.startup.open_run`): the network is
 compiled and warmed up *before* collectors start (so compilation does not compete with
 them for the CPU, and its time is reported on its own); then the initial weights are
 published, the collectors start, and the monitor's clock starts. A Ctrl-C or SIGTERM at
 any moment of the startup (the compile included) stops the run
-(:class:`~pipeline.run.interrupts.StartupInterrupts`). What the run holds meanwhile is one
-:class:`~pipeline.run.resources.RunResources`.
+(:class:`~pipeline.run.trainer.interrupts.StartupInterrupts`). What the run holds meanwhile is one
+:class:`~pipeline.run.trainer.resources.RunResources`.
 
 Shutdown (total frames reached, Ctrl-C, SIGTERM): collectors are asked to stop through
 the weights block, a final checkpoint, the replay and ``summary.json`` are written
-(:mod:`~pipeline.run.run_shutdown`), and the run's release stack releases what the startup
+(:mod:`~pipeline.run.trainer.shutdown`), and the run's release stack releases what the startup
 created: every shared-memory segment is unlinked whatever failed. A second Ctrl-C exits
 at once (segments are still unlinked first).
 
 A failed periodic write (a checkpoint, a frame mark, a metrics row: a full disk) is
 reported once and the run goes on with its last good checkpoint: supervision and the
-stop conditions never depend on a write (:mod:`~pipeline.run.write_failures`). A task
+stop conditions never depend on a write (:mod:`~pipeline.run.trainer.write_failures`). A task
 that fails for any other reason stops the run with one clear error, never silently.
 
-Beside it: :mod:`~pipeline.run.startup` (run directory, resume, learner, replay),
-:mod:`~pipeline.run.pacing` (replay ratio, epsilon), :mod:`~pipeline.run.calibration`
-(precise-BN states), :mod:`~pipeline.run.snapshots` (monitor snapshot, summary.json),
-:mod:`~pipeline.run.evaluator.evaluations` and :mod:`~pipeline.run.run_checkpoints`.
+Beside it: :mod:`~pipeline.run.trainer.pieces` (run directory, resume, learner, replay),
+:mod:`~pipeline.run.pacing` (replay ratio, epsilon), :mod:`~pipeline.run.trainer.calibration`
+(precise-BN states), :mod:`~pipeline.run.trainer.snapshots` (monitor snapshot, summary.json),
+:mod:`~pipeline.run.evaluator.evaluations` and :mod:`~pipeline.run.trainer.checkpoints`.
 """
 
 from __future__ import annotations
@@ -54,17 +54,23 @@ import numpy as np
 
 from config import Config
 from pipeline.learning.flat_state import flatten_state
-from pipeline.run.collection import CollectionBackend
 from pipeline.run.evaluator.evaluations import Evaluations
-from pipeline.run.interrupts import StartupInterrupts
 from pipeline.run.monitor.keys import COUNTER_KEYS, LEARNER_PHASES, CounterKey, LearnerPhase
 from pipeline.run.monitor.monitor import Snapshot
 from pipeline.run.pacing import epsilon_at, next_mark
-from pipeline.run.resources import RunResources
-from pipeline.run.run_checkpoints import checkpoint_payload, mark_payload, rolling_return, write_mark, write_periodic
-from pipeline.run.run_shutdown import drain, final_monitor_row, finish_evaluations, save_final, write_summary
-from pipeline.run.run_startup import open_run
-from pipeline.run.snapshots import (
+from pipeline.run.trainer.checkpoints import (
+    checkpoint_payload,
+    mark_payload,
+    rolling_return,
+    write_mark,
+    write_periodic,
+)
+from pipeline.run.trainer.collection import CollectionBackend
+from pipeline.run.trainer.interrupts import StartupInterrupts
+from pipeline.run.trainer.pieces import TrainingError, run_event_loop, save_replay
+from pipeline.run.trainer.resources import RunResources
+from pipeline.run.trainer.shutdown import drain, final_monitor_row, finish_evaluations, save_final, write_summary
+from pipeline.run.trainer.snapshots import (
     collector_rows,
     copy_slot_counters,
     learning_gauges,
@@ -73,9 +79,9 @@ from pipeline.run.snapshots import (
     run_summary,
     snapshot_counters,
 )
-from pipeline.run.startup import TrainingError, run_event_loop, save_replay
-from pipeline.run.thread_handover import HandoverWatch
-from pipeline.run.write_failures import WriteFailures, short_reason
+from pipeline.run.trainer.startup import open_run
+from pipeline.run.trainer.thread_handover import HandoverWatch
+from pipeline.run.trainer.write_failures import WriteFailures, short_reason
 
 logger = logging.getLogger("mario.trainer")
 
@@ -336,7 +342,7 @@ class Trainer:
 
     async def save_in_background(self) -> Path | None:
         """A periodic checkpoint, written by a worker thread while training goes on
-        (:func:`~pipeline.run.run_checkpoints.write_periodic`); None when it failed."""
+        (:func:`~pipeline.run.trainer.checkpoints.write_periodic`); None when it failed."""
         payload, frames, score = self._checkpoint_args()
         self._last_checkpoint_t = time.monotonic()  # a failed write is retried an interval later, not every tick
         return await write_periodic(

@@ -1,4 +1,4 @@
-"""Tests for pipeline.run.calibration: which replay states the trainer hands its learner
+"""Tests for pipeline.run.trainer.calibration: which replay states the trainer hands its learner
 for precise BN, and when (before a publish, once per update count; to the update that
 copies the target; for a copy that is saved), on a real replay memory."""
 
@@ -13,8 +13,8 @@ from config import Config
 from pipeline.learning.learner import Learner
 from pipeline.learning.learner_settings import SAVED_STATISTICS_STATES, LearnerSettings
 from pipeline.learning.replay import ReplayMemory
-from pipeline.run.calibration import Calibration
-from pipeline.run.run_checkpoints import checkpoint_payload
+from pipeline.run.trainer.calibration import Calibration
+from pipeline.run.trainer.checkpoints import checkpoint_payload
 from pipeline.transport.records import FLAG_START, empty_records
 
 NUM_ACTIONS = 3

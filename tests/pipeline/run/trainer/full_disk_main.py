@@ -1,4 +1,4 @@
-"""``python -m tests.pipeline.run.full_disk_main ARGS``: ``main.py ARGS`` on a disk that holds one checkpoint.
+"""``python -m tests.pipeline.run.trainer.full_disk_main ARGS``: ``main.py ARGS`` on a disk that holds one checkpoint.
 
 The first checkpoint file is written; every later one fails partway with ENOSPC, as on
 a disk that filled up (a partial file is written first, as a full disk leaves it). Only
