@@ -172,7 +172,7 @@ def results_json(
                     "error": r.error or None,
                     "seconds": r.seconds,
                     # Mean cores other processes kept busy meanwhile, and whether that was
-                    # enough to make the figures suspect (machine_load.BUSY_SHARE).
+                    # enough to make the figures suspect (machine.load.BUSY_SHARE).
                     "other_cores": r.other_cores,
                     "busy": r.busy,
                     "unmeasured": r.unmeasured or None,

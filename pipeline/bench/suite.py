@@ -64,7 +64,7 @@ The parts (``--only NAME`` runs one; a comma-separated list runs several):
     the records/s one agent's pull path carries from flooding producers into a replay
     (:mod:`~pipeline.bench.parts_cluster`).
 
-Every part is bracketed by a :class:`~pipeline.run.machine.machine_load.LoadMeter`, as ``tune``
+Every part is bracketed by a :class:`~pipeline.run.machine.load.LoadMeter`, as ``tune``
 is: the CPU that other processes used of the cores meanwhile (from /proc/stat) is
 printed with the part, and a part that ran beside a quarter of the cores' worth or more
 is flagged BUSY (its figures are likely low). A part that finds no steady window says so
@@ -92,7 +92,7 @@ from pipeline.bench.parts_training import TrainingParts
 from pipeline.bench.suite_base import PartResult, log
 from pipeline.bench.trainer_run import NoSteadyWindow
 from pipeline.common.errors import UserError
-from pipeline.run.machine.machine_load import LoadMeter
+from pipeline.run.machine.load import LoadMeter
 
 
 class Suite(ClusterParts, TrainingParts):

@@ -36,7 +36,7 @@ class PartResult:
     details: dict[str, Any] = field(default_factory=dict)  # JSON only (lists, settings)
     error: str = ""
     seconds: float = 0.0
-    # What other processes used of the cores while the part ran (machine_load.LoadMeter):
+    # What other processes used of the cores while the part ran (machine.load.LoadMeter):
     # mean cores kept busy (None: not known), and whether that makes its figures suspect.
     other_cores: float | None = None
     busy: bool = False

@@ -5,7 +5,7 @@ on the machine itself, before a run creates anything or instead of one.
   checked before a run starts, and the run directory's lock.
 - :mod:`~pipeline.run.machine.tuning`: the ``auto`` preset's measurements (``python main.py
   tune``): the emulator's and the learner's speed on this machine, balanced and cached.
-- :mod:`~pipeline.run.machine.machine_load`: what other processes used of the cores while
+- :mod:`~pipeline.run.machine.load`: what other processes used of the cores while
   a measurement ran (``tune`` and the benchmark suite).
 
 Uses :mod:`pipeline.transport` (the sizes of rings and weights), :mod:`pipeline.learning`

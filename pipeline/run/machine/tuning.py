@@ -9,7 +9,7 @@ which learner precision is fastest, so a table of presets cannot be right everyw
 * the learner's updates/s: compile/precision by :mod:`pipeline.learning.learner_choice`
   at the preset's batch size, then the chosen variant at each candidate batch size;
 * the RAM and /dev/shm available (:mod:`pipeline.run.machine.preflight`);
-* what other processes used of the cores meanwhile (:mod:`pipeline.run.machine.machine_load`).
+* what other processes used of the cores meanwhile (:mod:`pipeline.run.machine.load`).
 
 Then it balances collection against learning at the configured replay ratio ``R``: an
 agent step costs a collector ``skip / f`` CPU-seconds, and needs ``R / B`` learner
@@ -51,7 +51,7 @@ from pipeline.learning.learner_choice import (
     machine_signature,
 )
 from pipeline.learning.learner_speed import learner_spec, time_batch_sizes
-from pipeline.run.machine.machine_load import LoadMeter
+from pipeline.run.machine.load import LoadMeter
 from pipeline.run.machine.preflight import MachineLimits
 
 # The learning settings (batch size, replay ratio, learning rate) the learning benchmark
@@ -236,7 +236,7 @@ def tune(
 ) -> Tuning:
     """Measure this machine for ``cfg`` (the preset before tuning) and choose its settings.
 
-    The measurement is bracketed by a :class:`~pipeline.run.machine.machine_load.LoadMeter`: the
+    The measurement is bracketed by a :class:`~pipeline.run.machine.load.LoadMeter`: the
     result says what other processes used of the cores meanwhile, and whether that was
     enough to make the figures suspect (``busy``).
     """

@@ -21,7 +21,7 @@ from pipeline.bench.options import DEFAULT_PARTS, DEFAULT_SOAK_MINUTES, QUICK_SE
 from pipeline.bench.suite import Suite
 from pipeline.bench.trainer_run import NoSteadyWindow
 from pipeline.common.errors import UserError
-from pipeline.run.machine.machine_load import allowed_cpus
+from pipeline.run.machine.load import allowed_cpus
 
 
 def _figures(path, part):

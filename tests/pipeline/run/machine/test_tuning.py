@@ -14,7 +14,7 @@ from config import Config
 from configuration import resolution
 from configuration.resolution import resolve_config
 from pipeline.run.machine import tuning as T
-from pipeline.run.machine.machine_load import allowed_cpus
+from pipeline.run.machine.load import allowed_cpus
 
 
 @pytest.fixture(autouse=True)
