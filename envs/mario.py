@@ -148,11 +148,6 @@ class MarioEnv(gymnasium.Env[np.ndarray, int]):
         stage = int(self.np_random.integers(STAGES.start, STAGES.stop))
         return world, stage
 
-    @property
-    def stage_target(self) -> tuple[int, int] | None:
-        """The (world, stage) the current emulator is pinned to (None for full-game ids)."""
-        return self._current_target
-
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[np.ndarray, dict[str, Any]]:

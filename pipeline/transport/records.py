@@ -37,8 +37,3 @@ RECORD_BYTES: int = RECORD_DTYPE.itemsize
 # What the replay memory keeps of a transition: its fields, unpadded (the replay stores
 # each field in an array of its own, one frame per transition).
 TRANSITION_BYTES: int = sum(RECORD_DTYPE.fields[name][0].itemsize for name in RECORD_DTYPE.names)
-
-
-def empty_records(count: int) -> np.ndarray:
-    """A zeroed array of ``count`` records (for tests and synthetic producers)."""
-    return np.zeros(count, dtype=RECORD_DTYPE)

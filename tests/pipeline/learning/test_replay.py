@@ -19,7 +19,6 @@ from pipeline.transport.records import (
     FLAG_TERMINATED,
     FLAG_TRUNCATED,
     RECORD_DTYPE,
-    empty_records,
 )
 
 # ---------------------------------------------------------------------------- helpers
@@ -75,7 +74,7 @@ def build_stream(episodes, ids: IdCounter, rng: random.Random) -> list[tuple[int
 
 
 def to_array(recs) -> np.ndarray:
-    arr = empty_records(len(recs))
+    arr = np.zeros(len(recs), dtype=RECORD_DTYPE)
     if recs:
         arr["frame"] = encode_frames([r[0] for r in recs])
         arr["reward"] = [r[1] for r in recs]

@@ -15,7 +15,7 @@ from pipeline.learning.learner_settings import SAVED_STATISTICS_STATES, LearnerS
 from pipeline.learning.replay import ReplayMemory
 from pipeline.run.trainer.calibration import Calibration
 from pipeline.run.trainer.checkpoints import checkpoint_payload
-from pipeline.transport.records import FLAG_START, empty_records
+from pipeline.transport.records import FLAG_START, RECORD_DTYPE
 
 NUM_ACTIONS = 3
 SETTINGS = LearnerSettings(
@@ -28,7 +28,7 @@ def replay_with(records: int) -> ReplayMemory:
     replay = ReplayMemory(1024, 1, frame_stack=4, n_step=3, gamma=0.99, seed=0)
     if records:
         rng = np.random.default_rng(0)
-        steps = empty_records(records)
+        steps = np.zeros(records, dtype=RECORD_DTYPE)
         steps["frame"] = rng.integers(0, 256, steps["frame"].shape, dtype=np.uint8)
         steps["action"] = rng.integers(0, NUM_ACTIONS, records)
         steps["flags"][0] = FLAG_START
