@@ -135,28 +135,13 @@ def build_parser(prog: str = "main.py") -> argparse.ArgumentParser:
 
 
 def cli_overrides(args: argparse.Namespace) -> dict[str, Any]:
-    keys = (
-        "num_processes",
-        "batch_size",
-        "env_id",
-        "total_frames",
-        "run_dir",
-        "run_name",
-        "resume",
-        "seed",
-        "compile",
-        "amp",
-        "device",
-        "monitor",
-        "checkpoint_interval_s",
-        "eval_interval_frames",
-        "backend",
-        "ray_address",
-    )
+    """The config values the command line sets: ``--set`` pairs, then every named flag whose
+    destination is a Config field (named flags win)."""
+    from config import FIELD_NAMES
     from configuration.resolution import parse_field_values
 
     values = parse_field_values(args.overrides, "--set")
-    values.update({k: getattr(args, k) for k in keys if getattr(args, k) is not None})  # named flags win
+    values.update({k: v for k, v in vars(args).items() if k in FIELD_NAMES and v is not None})
     return values
 
 
