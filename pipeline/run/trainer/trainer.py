@@ -58,6 +58,7 @@ from pipeline.run.evaluator.evaluations import Evaluations
 from pipeline.run.monitor.keys import COUNTER_KEYS, LEARNER_PHASES, CounterKey, LearnerPhase
 from pipeline.run.monitor.monitor import Snapshot
 from pipeline.run.pacing import epsilon_at, next_mark
+from pipeline.run.trainer import snapshots
 from pipeline.run.trainer.checkpoints import (
     checkpoint_payload,
     mark_payload,
@@ -70,15 +71,6 @@ from pipeline.run.trainer.interrupts import StartupInterrupts
 from pipeline.run.trainer.pieces import TrainingError, run_event_loop, save_replay
 from pipeline.run.trainer.resources import RunResources
 from pipeline.run.trainer.shutdown import drain, final_monitor_row, finish_evaluations, save_final, write_summary
-from pipeline.run.trainer.snapshots import (
-    collector_rows,
-    copy_slot_counters,
-    learning_gauges,
-    process_gauges,
-    ring_fill_pct,
-    run_summary,
-    snapshot_counters,
-)
 from pipeline.run.trainer.startup import open_run
 from pipeline.run.trainer.thread_handover import HandoverWatch
 from pipeline.run.trainer.write_failures import WriteFailures, short_reason
@@ -298,32 +290,32 @@ class Trainer:
     def snapshot(self) -> Snapshot:
         res = self.resources
         self._collector_totals()
-        slots = copy_slot_counters(res.ring)
+        slots = snapshots.copy_slot_counters(res.ring)
         slots_of = [res.slots_of(i) for i in range(res.num_collectors)]
-        collectors = collector_rows(slots, slots_of, res.supervisor, res.weights.version)
+        collectors = snapshots.collector_rows(slots, slots_of, res.supervisor, res.weights.version)
         episodes = list(res.consolidator.episodes)[-100:]
         gauges = {
             "replay_size": float(len(res.replay)),
             "epsilon": self.epsilon(),
             "weights_version": float(res.weights.version),
-            "ring_fill_pct": ring_fill_pct(slots, self.cfg.ring_capacity),
+            "ring_fill_pct": snapshots.ring_fill_pct(slots, self.cfg.ring_capacity),
             "restarts": float(res.supervisor.restarts),
             "env_errors": float(sum(c.env_errors for c in slots)),
             "collectors_alive": float(res.supervisor.alive()),
             "bad_episode_records": float(res.consolidator.bad_episode_records),
             "poll_gap_ms": 1000.0 * res.consolidator.reset_gap(),
-            **learning_gauges(res.learner.pop_metrics(), episodes),
+            **snapshots.learning_gauges(res.learner.pop_metrics(), episodes),
         }
         self._poll_evaluations(stopping=self.stop_event is not None and self.stop_event.is_set())
         gauges.update(self.evaluations.gauges())
         gauges.update(res.steadiness.gauges())
-        gauges.update(process_gauges(collectors, res.device))
+        gauges.update(snapshots.process_gauges(collectors, res.device))
         if res.collection is not None:
             gauges.update(res.collection.gauges())
         totals = {key: self.total(key) for key in COUNTER_KEYS}
         return Snapshot(
             time=time.monotonic() - self._t0,
-            counters=snapshot_counters(totals, slots, self.learner_ns),
+            counters=snapshots.snapshot_counters(totals, slots, self.learner_ns),
             gauges=gauges,
             collectors=collectors,
             startup=dict(self.startup),
@@ -449,7 +441,7 @@ class Trainer:
     def _summary(self) -> dict[str, Any]:
         """summary.json: what this process did, for benchmarks and scripts."""
         res = self.resources
-        summary = run_summary(
+        summary = snapshots.run_summary(
             elapsed_s=time.monotonic() - self._t0,
             stop_reason=self.stop_reason,
             startup=self.startup,
