@@ -18,7 +18,7 @@ after a tag) at any value the code no longer has (:mod:`configuration.removed`).
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 # Validation and the removed options live beside this file; their names stay importable
@@ -50,6 +50,12 @@ KNOBS: dict[str, str] = {
     "TOTAL_FRAMES": "total_frames",
     "BACKEND": "backend",
 }
+
+
+# The mark of a field a resumed run may change without changing what it learns (where
+# and how long it runs, what it reports, on which device and threads): every other field
+# that differs from the checkpoint's is named at the resume (RUN_ONLY_FIELDS).
+RUN_ONLY: dict[str, Any] = {"run_only": True}
 
 
 @dataclass
@@ -98,7 +104,7 @@ class Config:
     batched forward pass (batch-1 inference is the collector's main overhead)."""
     ring_capacity: int = 1024
     """Records per ring slot (one slot per environment; about 7 KB each)."""
-    heartbeat_timeout_s: float = 30.0
+    heartbeat_timeout_s: float = field(default=30.0, metadata=RUN_ONLY)
     """A collector whose heartbeat is older than this is killed and restarted."""
 
     # --- replay and learning -----------------------------------------------------------
@@ -158,55 +164,55 @@ class Config:
     level's start."""
 
     # --- compute -----------------------------------------------------------------------
-    device: str = "auto"
+    device: str = field(default="auto", metadata=RUN_ONLY)
     """Learner device: cpu, cuda or auto (cuda when available)."""
-    compile: str = "auto"
+    compile: str = field(default="auto", metadata=RUN_ONLY)
     """torch.compile the learner: on, off, or auto (measured on this machine, see amp; a failed
     compile falls back to eager with one warning)."""
-    amp: str = "auto"
+    amp: str = field(default="auto", metadata=RUN_ONLY)
     """Mixed precision (bf16 autocast on CPU and recent GPUs, fp16 + GradScaler on older GPUs):
     on, off, or auto. With auto, the learner's variants are timed once per machine, torch
     version and learner shape (cached), and the fastest is used; bf16 is slower than fp32 on
     CPUs without native bf16, and compile does not pay everywhere."""
-    learner_threads: int = 0
+    learner_threads: int = field(default=0, metadata=RUN_ONLY)
     """Torch intra-op threads of the learner (0 = cores left after the collectors, >= 1): the
     fewest it runs with."""
-    learner_threads_max: int = 0
+    learner_threads_max: int = field(default=0, metadata=RUN_ONLY)
     """The most intra-op threads the learner takes while the collectors wait for it (0 = every
     core; learner_threads or fewer = a fixed count). See pipeline/run/trainer/thread_handover.py."""
-    collector_niceness: int = 15
+    collector_niceness: int = field(default=15, metadata=RUN_ONLY)
     """Levels of CPU priority (nice) the collectors run below the learner, 0-19: the learner,
     the run's bottleneck whenever they wait for it, gets a core the moment it wants one. At 5
     the learner still lost a tenth of its core to two busy processes and its second thread
     gained nothing; at 15 it ran as on a quiet machine (pipeline/common/priority.py)."""
 
     # --- run control -------------------------------------------------------------------
-    total_frames: int = 0
+    total_frames: int = field(default=0, metadata=RUN_ONLY)
     """Stop after this many emulator frames (0 = run until Ctrl-C)."""
     seed: int = 0
     """Base random seed (env stream i uses seed + 1000 * i: pipeline/common/seeds.py)."""
-    run_dir: str = "runs"
+    run_dir: str = field(default="runs", metadata=RUN_ONLY)
     """Directory that holds one sub-directory per run."""
-    run_name: str = ""
+    run_name: str = field(default="", metadata=RUN_ONLY)
     """Run sub-directory name ('' = a timestamped name)."""
-    resume: str = ""
+    resume: str = field(default="", metadata=RUN_ONLY)
     """Checkpoint file or run directory to resume from ('' = fresh run)."""
-    checkpoint_interval_s: float = 300.0
+    checkpoint_interval_s: float = field(default=300.0, metadata=RUN_ONLY)
     """Seconds between periodic checkpoints."""
     save_replay: bool = True
     """Save the replay memory beside the final checkpoint (compressed, ~55 MB per 100k Mario
     transitions, written atomically) and restore it on --resume, so a resumed run does not
     start again from an empty buffer. A missing or corrupt file gives one warning."""
-    replay_save_interval_s: float = 0.0
+    replay_save_interval_s: float = field(default=0.0, metadata=RUN_ONLY)
     """Also save the replay every this many seconds (0 = only with the final checkpoint), so
     a run killed without a final checkpoint still resumes with its replay. Each save holds
     the learner for a few seconds (55 MB of compressed frames per 100k transitions)."""
-    mark_interval_frames: int = 0
+    mark_interval_frames: int = field(default=0, metadata=RUN_ONLY)
     """Also keep the network's weights every this many frames in checkpoints/marks/ (the
     learning benchmark evaluates them afterwards; 0 = off). About 7 MB each."""
-    monitor_interval_s: float = 5.0
+    monitor_interval_s: float = field(default=5.0, metadata=RUN_ONLY)
     """Seconds between monitor refreshes (table, log line, CSV row, TensorBoard)."""
-    monitor: str = "auto"
+    monitor: str = field(default="auto", metadata=RUN_ONLY)
     """Monitor display: auto (live table on a terminal, log lines otherwise), table, log, off."""
 
     # --- cluster -------------------------------------------------------------------------
@@ -223,15 +229,15 @@ class Config:
     dies leaves its place to the next node that joins."""
 
     # --- evaluation during training ------------------------------------------------------
-    eval_interval_frames: int = 250_000
+    eval_interval_frames: int = field(default=250_000, metadata=RUN_ONLY)
     """Emulator frames between evaluations of the latest weights by the evaluator process
     (0 = none): evaluations land at the same frames on every machine (at multiples of
     it), as the learning benchmark's marks do."""
-    eval_episodes: int = 10
+    eval_episodes: int = field(default=10, metadata=RUN_ONLY)
     """Episodes per evaluation, each from a seed of its own, at eval_epsilon (the field's way
     of judging a policy; the learning benchmark plays 20). With eval_epsilon > 0 one greedy
     episode is played beside them (what ``play`` shows)."""
-    eval_max_steps: int = 2000
+    eval_max_steps: int = field(default=2000, metadata=RUN_ONLY)
     """Agent steps after which an evaluation episode is cut."""
     eval_epsilon: float = 0.05
     """Probability of a random action in the evaluator's episodes (0 = greedy: on a fixed
@@ -271,6 +277,7 @@ class Config:
 
 
 FIELD_NAMES: frozenset[str] = frozenset(f.name for f in fields(Config))
+RUN_ONLY_FIELDS: frozenset[str] = frozenset(f.name for f in fields(Config) if f.metadata.get("run_only"))
 # What a run saved before these fields existed did: a checkpoint without them was trained
 # so, whatever today's defaults are. Options removed since, and the value each now has,
 # are configuration.removed's: a saved config is read through both (``Config.from_dict``).

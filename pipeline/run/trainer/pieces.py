@@ -32,7 +32,7 @@ import numpy as np
 import torch
 
 import envs
-from config import SAVED_BEFORE, Config
+from config import RUN_ONLY_FIELDS, SAVED_BEFORE, Config
 from configuration.resolution import resolve_config
 from pipeline.common.cores import learner_thread_range
 from pipeline.common.errors import UserError
@@ -182,32 +182,6 @@ def check_resume(cli: dict[str, Any], preset: str | None) -> None:
         load_resume_checkpoint(cfg)
     except TrainingError as exc:
         raise UserError(str(exc)) from None
-
-
-# What a resumed run may change without changing what it learns.
-RUN_ONLY_FIELDS = frozenset(
-    {
-        "resume",
-        "run_dir",
-        "run_name",
-        "total_frames",
-        "monitor",
-        "monitor_interval_s",
-        "checkpoint_interval_s",
-        "eval_interval_frames",
-        "eval_episodes",
-        "eval_max_steps",
-        "mark_interval_frames",
-        "replay_save_interval_s",
-        "heartbeat_timeout_s",
-        "device",
-        "compile",
-        "amp",
-        "learner_threads",
-        "learner_threads_max",
-        "collector_niceness",
-    }
-)
 
 
 def changed_on_resume(cfg: Config, saved: dict[str, Any]) -> list[str]:
