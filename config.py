@@ -82,11 +82,6 @@ class Config:
     """Multiplier applied to the game's reward before it is stored."""
     no_progress_steps: int = 200
     """Truncate an episode after this many agent steps without new x progress (0 = off)."""
-    held_jump: bool = False
-    """Mario: a jump started by A holds A for as long as Mario rises, whatever the next
-    actions (envs.controller.HeldJump), so one step of right+A makes the full 64 px jump a
-    gap like 1-3's at x ~775 needs. A controller change: figures with it are not
-    comparable with the field's plain joypad."""
     sticky_actions: float = 0.0
     """Mario: the probability that an emulator frame keeps the previous frame's buttons
     instead of the agent's (Machado et al. 2018; the ALE v5 default is 0.25), in [0, 1);
@@ -269,7 +264,6 @@ class Config:
             frame_skip=self.frame_skip,
             reward_scale=self.reward_scale if reward_scale is None else reward_scale,
             no_progress_steps=self.no_progress_steps,
-            held_jump=self.held_jump,
             sticky_actions=self.sticky_actions,
             max_episode_steps=self.max_episode_steps,
             stages=self.stages,
@@ -287,7 +281,6 @@ SAVED_BEFORE: dict[str, Any] = {
     "acting_tau": 0.0,
     "quantiles": 0,
     "sticky_actions": 0.0,
-    "held_jump": False,
 }
 FIELD_TYPES: dict[str, str] = {f.name: str(f.type) for f in fields(Config)}
 

@@ -183,8 +183,6 @@ def validate(cfg: Any) -> None:
         )
     elif cfg.sticky_actions > 0 and _env_kind(cfg.env_id) == "catch":
         problems.append(_problem("sticky_actions", cfg.sticky_actions, "applies to Mario ids only", "use 0"))
-    if cfg.held_jump and _env_kind(cfg.env_id) == "catch":
-        problems.append(_problem("held_jump", cfg.held_jump, "applies to Mario ids only", "use false"))
     if not cfg.reward_scale > 0 or cfg.reward_scale == float("inf"):
         problems.append(_problem("reward_scale", cfg.reward_scale, "must be a finite number > 0", "use e.g. 0.1"))
     from envs import ACTION_SET_NAMES, DEFAULT_ACTION_SET, EnvIdError, StagesError, check_stages, validate_env_id

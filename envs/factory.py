@@ -16,7 +16,6 @@ from gymnasium.utils import seeding
 from envs.actions import DEFAULT_ACTION_SET, button_lists, validate_action_set
 from envs.catch import ACTION_MEANINGS as CATCH_ACTION_MEANINGS
 from envs.catch import CatchEnv
-from envs.controller import HeldJump
 from envs.ids import parse_env_id
 from envs.mario import MarioEnv
 from envs.stages import check_stages, stage_name
@@ -69,7 +68,6 @@ def make_env(
     frame_skip: int = 4,
     reward_scale: float = 1.0,
     no_progress_steps: int = 0,
-    held_jump: bool = False,
     sticky_actions: float = 0.0,
     max_episode_steps: int | None = 0,
     stages: str = "",
@@ -78,7 +76,7 @@ def make_env(
 ) -> gymnasium.Env:
     """Build the environment for ``env_id``.
 
-    Mario: ``MarioEnv [-> HeldJump] [-> StickyActions] -> ActionSet -> MaxAndSkip -> Grayscale -> Resize(84, 84)
+    Mario: ``MarioEnv [-> StickyActions] -> ActionSet -> MaxAndSkip -> Grayscale -> Resize(84, 84)
     -> RewardScale -> NoProgressTruncation -> TimeLimit``, observations ``(84, 84)``
     uint8. With ``preprocess=False`` only ``ActionSet -> MaxAndSkip`` are applied
     (``(240, 256, 3)`` RGB observations, e.g. for video). Either way the latest raw
@@ -86,8 +84,7 @@ def make_env(
 
     Catch (``Catch-v0``): already renders ``(84, 84)`` uint8 with 3 actions, so
     ``action_set``, ``frame_skip``, ``no_progress_steps`` and ``preprocess`` do not
-    apply (``held_jump`` and ``sticky_actions`` above 0 are refused: Catch has no jump and no
-    emulator frames);
+    apply (``sticky_actions`` above 0 is refused: Catch has no emulator frames);
     ``reward_scale`` and ``max_episode_steps`` do.
 
     Args:
@@ -97,8 +94,6 @@ def make_env(
         reward_scale: factor applied to every reward (> 0).
         no_progress_steps: truncate after this many agent steps without a new
             maximum x position; 0 disables.
-        held_jump: Mario only; a jump started by A holds A for as long as Mario rises
-            (:class:`envs.controller.HeldJump`, a controller change).
         sticky_actions: Mario only; the probability that an emulator frame keeps the
             previous frame's buttons (:class:`envs.wrappers.StickyActions`); 0 disables.
         max_episode_steps: truncate after this many agent steps; 0 or None disables.
@@ -125,8 +120,6 @@ def make_env(
     reward_scale = _check_positive("reward_scale", reward_scale)
     if isinstance(sticky_actions, bool) or not isinstance(sticky_actions, numbers.Real) or not 0 <= sticky_actions < 1:
         raise ValueError(f"sticky_actions must be a probability in [0, 1) (0 disables), got {sticky_actions!r}")
-    if held_jump and spec.kind == "catch":
-        raise ValueError(f"held_jump applies to Mario ids, not {env_id!r}: use False")
     if sticky_actions and spec.kind == "catch":
         raise ValueError(f"sticky_actions applies to Mario ids, not {env_id!r}: use 0")
 
@@ -135,8 +128,6 @@ def make_env(
         env = CatchEnv()
     else:
         mario: gymnasium.Env = MarioEnv(env_id, stages=[stage_name(s) for s in stage_list] or None)
-        if held_jump:
-            mario = HeldJump(mario)
         if sticky_actions:
             mario = StickyActions(mario, float(sticky_actions), seed)
         env = ActionSet(mario, action_set)

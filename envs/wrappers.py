@@ -2,7 +2,7 @@
 
 Stack order (built by :func:`envs.make_env`)::
 
-    MarioEnv [-> HeldJump] [-> StickyActions] -> ActionSet -> MaxAndSkip -> Grayscale -> Resize
+    MarioEnv [-> StickyActions] -> ActionSet -> MaxAndSkip -> Grayscale -> Resize
              -> RewardScale -> NoProgressTruncation -> TimeLimit
 
 giving ``(84, 84)`` uint8 observations (frames are stacked later, by the replay

@@ -84,7 +84,6 @@ def test_describe_lists_every_field_with_its_source():
         ({"action_set": "everything"}, "action_set", "right_only"),
         ({"sticky_actions": 1.0, "env_id": "SuperMarioBros-1-1-v0"}, "sticky_actions", "probability in [0, 1)"),
         ({"sticky_actions": 0.25}, "sticky_actions", "applies to Mario ids only"),  # the tiny preset's Catch
-        ({"held_jump": True}, "held_jump", "applies to Mario ids only"),
         (
             {"sticky_actions": 0.25, "frontier_start_share": 0.5, "env_id": "SuperMarioBros-1-1-v0"},
             "frontier_start_share",

@@ -43,12 +43,10 @@ logger = logging.getLogger(__name__)
 __all__ = ["EpisodeTrace", "FrontierArchive", "stage_signature"]
 
 
-def stage_signature(env_id: str, action_set: str, frame_skip: int, *, held_jump: bool = False) -> str:
+def stage_signature(env_id: str, action_set: str, frame_skip: int) -> str:
     """What a recorded trajectory replays the same way under: the stage, the meaning of
-    each action index (the set, and whether a jump holds A to its top), and the frames an
-    action is held."""
-    held = " held-jump" if held_jump else ""
-    return f"{env_id} {action_set}{held} skip {frame_skip}"
+    each action index (the set), and the frames an action is held."""
+    return f"{env_id} {action_set} skip {frame_skip}"
 
 
 class EpisodeTrace:

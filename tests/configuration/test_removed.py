@@ -12,6 +12,7 @@ from configuration.removed import (
     ANY_VALUE,
     EPSILON_SCHEDULE_REMOVAL,
     EXPECTED_SARSA_REMOVAL,
+    HELD_JUMP_REMOVAL,
     HOUSE_REMOVAL,
     OPTION_REMOVAL,
     REMOVALS,
@@ -87,7 +88,13 @@ def refusal(name: str, value: object, what: str = "", tag: str = "pre-option-rem
 
 
 def test_the_table_names_exactly_the_removed_fields() -> None:
-    assert REMOVALS == (OPTION_REMOVAL, EXPECTED_SARSA_REMOVAL, EPSILON_SCHEDULE_REMOVAL, HOUSE_REMOVAL)
+    assert REMOVALS == (
+        OPTION_REMOVAL,
+        EXPECTED_SARSA_REMOVAL,
+        EPSILON_SCHEDULE_REMOVAL,
+        HOUSE_REMOVAL,
+        HELD_JUMP_REMOVAL,
+    )
     # Each tag's commit (git rev-parse --short TAG): the last one that has its options.
     assert (OPTION_REMOVAL.tag, OPTION_REMOVAL.commit) == ("pre-option-removal", "8669a59")
     assert (EXPECTED_SARSA_REMOVAL.tag, EXPECTED_SARSA_REMOVAL.commit) == ("pre-expected-sarsa-removal", "ce2eee8")
@@ -100,7 +107,9 @@ def test_the_table_names_exactly_the_removed_fields() -> None:
     assert dict(EXPECTED_SARSA_REMOVAL.options) == {"bootstrap_epsilon": 0.0}  # 0: the greedy bootstrap
     assert dict(EPSILON_SCHEDULE_REMOVAL.options) == {"epsilon_schedule": "linear"}
     assert set(HOUSE_REMOVAL.options) == set(SAVED_AT_THE_HOUSE_TAG)
-    every = (OPTION_REMOVAL, EXPECTED_SARSA_REMOVAL, EPSILON_SCHEDULE_REMOVAL, HOUSE_REMOVAL)
+    assert (HELD_JUMP_REMOVAL.tag, HELD_JUMP_REMOVAL.commit) == ("pre-held-jump-removal", "5fca07e")
+    assert dict(HELD_JUMP_REMOVAL.options) == {"held_jump": False}  # the plain joypad
+    every = (OPTION_REMOVAL, EXPECTED_SARSA_REMOVAL, EPSILON_SCHEDULE_REMOVAL, HOUSE_REMOVAL, HELD_JUMP_REMOVAL)
     assert {name: now for removal in every for name, now in removal.options.items()} == REMOVED
     assert set(RETIRED) == set(OPTION_REMOVAL.retired)
     assert not set(REMOVED) & FIELD_NAMES  # none is a field any more
@@ -242,3 +251,10 @@ def test_a_checkpoint_at_the_house_removal_values_loads_and_one_past_them_names_
         with pytest.raises(RemovedOptionError) as info:
             Config.from_dict(saved(**{**SAVED_AT_THE_HOUSE_TAG, name: value}), source="checkpoint runs/x/final.pt")
         assert str(info.value) == refusal(name, value, tag="pre-house-removal", commit="6412b6a")
+
+
+def test_a_run_with_every_jump_held_is_refused_naming_its_commit_and_one_without_loads() -> None:
+    assert Config.from_dict(saved(held_jump=False)).to_dict() == AT_THE_TAG.to_dict()
+    with pytest.raises(RemovedOptionError) as info:
+        Config.from_dict(saved(held_jump=True), source="checkpoint runs/x/final.pt")
+    assert str(info.value) == refusal("held_jump", True, tag="pre-held-jump-removal", commit="5fca07e")

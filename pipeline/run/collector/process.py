@@ -200,9 +200,7 @@ class Collector:
                 self.cfg.frontier_start_share,
                 self.rng,
                 path=args.frontier_path,
-                recorded_with=stage_signature(
-                    self.cfg.env_id, self.cfg.action_set, self.cfg.frame_skip, held_jump=self.cfg.held_jump
-                ),
+                recorded_with=stage_signature(self.cfg.env_id, self.cfg.action_set, self.cfg.frame_skip),
                 log=logger,
             )
             capacity = self.cfg.max_episode_steps or MAX_TRACE_STEPS
