@@ -33,10 +33,12 @@ def double_dqn_targets(
 ) -> torch.Tensor:
     """Double-DQN bootstrap targets (float32); no autocast: in eval mode BatchNorm is an
     affine map with a large shift, and in bf16 it cancels to errors of ~0.35 in a Q of 66,
-    as large as the action gaps (docs/learning-history.md).
+    as large as the action gaps (docs/learning-history.md). The frames of ``s'`` are
+    converted once for both networks (:meth:`models.QNetwork.frames`).
     """
-    best_action = online(next_obs).argmax(dim=1, keepdim=True)
-    bootstrap = target_net(next_obs).gather(1, best_action).squeeze(1)
+    next_frames = online.frames(next_obs)
+    best_action = online(next_frames).argmax(dim=1, keepdim=True)
+    bootstrap = target_net(next_frames).gather(1, best_action).squeeze(1)
     return ret + discount * bootstrap
 
 

@@ -50,10 +50,12 @@ def quantile_targets(
 
     No autocast, as for the Double-DQN targets (in eval mode BatchNorm's large shift
     cancels to errors as large as the action gaps in bf16). ``discount`` is 0 after a
-    terminal, so those samples are the return alone.
+    terminal, so those samples are the return alone. The frames of ``s'`` are converted
+    once for both networks (:meth:`models.QNetwork.frames`).
     """
-    best_action = online(next_obs).argmax(dim=1)
-    next_quantiles = target_net.quantile_values(next_obs)  # [B, A, N]
+    next_frames = online.frames(next_obs)
+    best_action = online(next_frames).argmax(dim=1)
+    next_quantiles = target_net.quantile_values(next_frames)  # [B, A, N]
     chosen = next_quantiles[torch.arange(next_quantiles.shape[0], device=next_obs.device), best_action]
     return ret.unsqueeze(1) + discount.unsqueeze(1) * chosen
 
