@@ -195,7 +195,7 @@ def recalibrate_policy(policy: Policy, replay_path: str, states: int | None, see
         )
     obs = memory.sample_states(count, torch.Generator().manual_seed(seed))
     chunk = config.batch_size
-    recalibrate(policy.model, obs.split(chunk))
+    recalibrate([policy.model], obs.split(chunk))
     policy.model.eval()
     return f"BatchNorm statistics re-estimated on {count} states of {replay_path} (chunks of {chunk})"
 

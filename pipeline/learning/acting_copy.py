@@ -10,19 +10,17 @@ lerp), so the acting weights average the online ones over about ``1 / tau`` upda
 
 An average of weights has no BatchNorm statistics of its own: the online network's
 describe other weights. The copy's statistics are therefore re-estimated with its own
-weights (:func:`~pipeline.learning.batchnorm_stats.recalibrate`) before every publish,
+weights before every publish (the learner's calibration, on the states it re-estimates
+the online network's over: :func:`~pipeline.learning.batchnorm_stats.recalibrate`),
 which is why the option needs ``bn_calibration_states`` with a BatchNorm network.
 """
 
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterable
 
 import torch
 from torch import nn
-
-from pipeline.learning.batchnorm_stats import recalibrate
 
 __all__ = ["ActingCopy"]
 
@@ -43,10 +41,6 @@ class ActingCopy:
     def follow(self) -> None:
         """One step of the average (after every update)."""
         torch._foreach_lerp_(self._params, self._online_params, self.tau)
-
-    def calibrate(self, chunks: Iterable[torch.Tensor]) -> int:
-        """Re-estimate the copy's BatchNorm statistics with its own weights."""
-        return recalibrate(self.net, chunks)
 
     def state_dict(self) -> dict[str, torch.Tensor]:
         return self.net.state_dict()

@@ -30,7 +30,7 @@ any trace on the running statistics.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 
 import torch
 from torch import nn
@@ -68,26 +68,31 @@ def preserved_statistics(net: nn.Module) -> Iterator[None]:
 
 
 @torch.no_grad()
-def recalibrate(net: nn.Module, chunks: Iterable[torch.Tensor]) -> int:
-    """Re-estimate every BatchNorm layer's running statistics over ``chunks``.
+def recalibrate(nets: Sequence[nn.Module], chunks: Iterable[torch.Tensor]) -> int:
+    """Re-estimate every BatchNorm layer's running statistics of each of ``nets`` over ``chunks``.
 
     ``chunks`` yields observation batches (e.g. ``obs.split(batch_size)``). Each chunk is
-    one train-mode forward and counts as one batch of the cumulative average; chunks of the
-    training batch size reproduce the statistics training normalises with. The forwards
-    run in float32 whatever autocast is active around the call: the statistics are what
-    every eval-mode output is shifted by. The layers' momenta and the network's mode are
-    restored afterwards. Returns the
-    number of states seen (0 leaves the statistics as they were).
+    one train-mode forward of each network and counts as one batch of the cumulative
+    average; chunks of the training batch size reproduce the statistics training
+    normalises with. The forwards run in float32 whatever autocast is active around the
+    call: the statistics are what every eval-mode output is shifted by (in bf16 they moved
+    a trained network's Q-values by ten times the spread between two draws of 1,024
+    states, docs/benchmarks.md). The layers' momenta and the networks' modes are restored
+    afterwards. Returns the number of states seen (0 leaves the statistics as they were).
 
     A network with a ``trunk`` method (:meth:`models.QNetwork.trunk`: every BatchNorm
     layer and nothing after the last one) runs only that: the same statistics for a fifth
-    less arithmetic. Any other network runs whole.
+    less arithmetic; any other network runs whole. With a ``frames`` method too
+    (:meth:`models.QNetwork.frames`), each chunk is converted once, by the first network,
+    for all of them (the learner's online net and acting copy read the same states).
     """
-    layers = batch_norm_layers(net)
-    if not layers:
+    nets = [net for net in nets if batch_norm_layers(net)]
+    if not nets:
         return 0
-    forward = getattr(net, "trunk", net)
-    was_training = net.training
+    forwards = [getattr(net, "trunk", net) for net in nets]
+    convert = getattr(nets[0], "frames", None)
+    modes = [net.training for net in nets]
+    layers = [layer for net in nets for layer in batch_norm_layers(net)]
     momenta = [layer.momentum for layer in layers]
     started = False
     seen = 0
@@ -98,12 +103,16 @@ def recalibrate(net: nn.Module, chunks: Iterable[torch.Tensor]) -> int:
                 for layer in layers:
                     layer.reset_running_stats()
                     layer.momentum = None
-                net.train()
+                for net in nets:
+                    net.train()
             with torch.autocast(device_type=obs.device.type, enabled=False):
-                forward(obs)
+                frames = convert(obs) if convert is not None else obs
+                for forward in forwards:
+                    forward(frames)
             seen += int(obs.shape[0])
     finally:
         for layer, momentum in zip(layers, momenta):
             layer.momentum = momentum
-        net.train(was_training)
+        for net, mode in zip(nets, modes):
+            net.train(mode)
     return seen

@@ -260,18 +260,16 @@ class Learner:
 
     def calibrate(self, states: CalibrationStates) -> bool:
         """Re-estimate the online net's BatchNorm statistics over ``states`` (precise BN):
-        ``obs uint8 [N, S, 84, 84]``, e.g. uniform replay states,
-        in chunks of ``calibration_chunk``; the acting copy's too, with its own weights, on
-        the same states. Every layer's running mean and variance become the averages of the
-        chunks' batch means and unbiased variances
+        ``obs uint8 [N, S, 84, 84]``, e.g. uniform replay states, in chunks of
+        ``calibration_chunk``; the acting copy's too, with its own weights, on the same
+        states (each chunk converted once for both). Every layer's running mean and
+        variance become the averages of the chunks' batch means and unbiased variances
         (:func:`~pipeline.learning.batchnorm_stats.recalibrate`).
 
         Returns True: it always does.
         """
         chunks = self._to_device(states).split(self.settings.calibration_chunk)
-        recalibrate(self.online, chunks)
-        if self.acting is not None:
-            self.acting.calibrate(chunks)
+        recalibrate([self.online] + ([self.acting.net] if self.acting is not None else []), chunks)
         self.calibrated_at = self.updates
         return True
 

@@ -339,7 +339,7 @@ def test_recalibrate_re_estimates_the_statistics_on_the_replays_states(tmp_path,
 
     expected = load_policy(ckpt).model
     obs = ReplayMemory.load(replay).sample_states(64, torch.Generator().manual_seed(7))
-    recalibrate(expected, obs.split(16))
+    recalibrate([expected], obs.split(16))
     got = policy.model.state_dict()
     for key, value in expected.state_dict().items():
         torch.testing.assert_close(got[key], value, msg=key)

@@ -5,6 +5,7 @@ target copy and a publish."""
 
 from __future__ import annotations
 
+import copy
 from dataclasses import replace
 
 import torch
@@ -59,7 +60,7 @@ def test_recalibrate_averages_each_chunks_mean_and_unbiased_variance() -> None:
             expect2_mean.append(per_channel2.mean(1))
             expect2_var.append(per_channel2.var(1, unbiased=True))
     net.eval()
-    seen = recalibrate(net, iter(chunks))
+    seen = recalibrate([net], iter(chunks))
     assert seen == 15
     assert not net.training  # the mode is restored
     assert bn1.momentum == 0.1 and bn2.momentum == 0.1  # and the momenta
@@ -69,10 +70,36 @@ def test_recalibrate_averages_each_chunks_mean_and_unbiased_variance() -> None:
     torch.testing.assert_close(bn2.running_var, torch.stack(expect2_var).mean(0))
 
 
+def test_networks_recalibrated_together_get_the_statistics_each_gets_alone() -> None:
+    """The learner re-estimates its online net and its acting copy over the same chunks in
+    one pass, each chunk converted once (QNetwork.frames): each network's statistics are
+    those a pass of its own gives: bit for bit in the same layout, within rounding in the
+    other (its convolutions then read the first network's layout)."""
+    from models import QNetwork
+
+    torch.manual_seed(0)
+    first, second = QNetwork(5, channels_last=True), QNetwork(5, channels_last=True)
+    other_layout = QNetwork(5)
+    other_layout.load_state_dict(second.state_dict())
+    alone = [copy.deepcopy(net) for net in (first, second, other_layout)]
+    states = torch.randint(0, 256, (96, 4, 84, 84), dtype=torch.uint8, generator=torch.Generator().manual_seed(3))
+    assert recalibrate([first, second, other_layout], states.split(32)) == 96
+    for net in alone:
+        assert recalibrate([net], states.split(32)) == 96
+    for together, by_itself in zip((first, second), alone):
+        for name, value in together.state_dict().items():
+            if "running" in name:
+                assert torch.equal(value, by_itself.state_dict()[name]), name
+    for name, value in other_layout.state_dict().items():
+        torch.testing.assert_close(value, alone[2].state_dict()[name], msg=name)
+    # Different weights, different statistics: the pass did run each network on its own weights.
+    assert not torch.equal(first.features[1].running_mean, second.features[1].running_mean)
+
+
 def test_recalibrate_without_states_leaves_the_statistics() -> None:
     net = small_net()
     before = {k: v.clone() for k, v in net.state_dict().items()}
-    assert recalibrate(net, iter(())) == 0
+    assert recalibrate([net], iter(())) == 0
     for key, value in net.state_dict().items():
         assert torch.equal(value, before[key]), key
 
@@ -287,7 +314,7 @@ def test_a_qnetwork_is_recalibrated_through_its_trunk_to_the_statistics_of_whole
             whole.train()
             for chunk in states.split(32):
                 whole(chunk)
-        assert recalibrate(net, states.split(32)) == 96
+        assert recalibrate([net], states.split(32)) == 96
         for got, expected in zip(batch_norm_layers(net), layers):
             torch.testing.assert_close(got.running_mean, expected.running_mean, rtol=1e-5, atol=1e-6)
             torch.testing.assert_close(got.running_var, expected.running_var, rtol=1e-5, atol=1e-6)
