@@ -143,7 +143,7 @@ HOUSE_REMOVAL: Final = Removal(
         "frontier_start_points": "uniform",
         "jump_retrigger": False,
         # Never varied: now constants where the code uses them.
-        "grad_clip": 10.0,  # pipeline.learning.learner.GRAD_CLIP
+        "grad_clip": 10.0,  # pipeline.learning.update.GRAD_CLIP
         "epsilon_start": 1.0,  # pipeline.run.pacing.EPSILON_START
         # Never varied: every measured network is dueling.
         "dueling": True,

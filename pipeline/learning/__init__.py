@@ -4,9 +4,9 @@
   and n-step returns built by vectorized indexing by
   :mod:`~pipeline.learning.replay_transitions`; saved and restored by
   :mod:`~pipeline.learning.replay_store`).
-- :mod:`~pipeline.learning.learner`: Double DQN updates, compile and AMP (the update's
-  tensor functions in :mod:`~pipeline.learning.dqn_loss`, their compiled step in
-  :mod:`~pipeline.learning.learner_compile`);
+- :mod:`~pipeline.learning.update`: the math of one update, top to bottom (targets,
+  loss, step, the acting copy's average); :mod:`~pipeline.learning.learner` runs it on
+  its networks, compiled and in mixed precision (:mod:`~pipeline.learning.learner_compile`);
   :mod:`~pipeline.learning.learner_choice` picks compile and precision for the machine by
   timing them (:mod:`~pipeline.learning.learner_speed`).
 - :mod:`~pipeline.learning.flat_state`: a state_dict as one float32 vector and back

@@ -22,6 +22,8 @@ import copy
 import torch
 from torch import nn
 
+from pipeline.learning.update import follow
+
 __all__ = ["ActingCopy"]
 
 
@@ -37,10 +39,9 @@ class ActingCopy:
         self._online_params = list(online.parameters())
         self._params = list(self.net.parameters())
 
-    @torch.no_grad()
     def follow(self) -> None:
-        """One step of the average (after every update)."""
-        torch._foreach_lerp_(self._params, self._online_params, self.tau)
+        """One step of the average (after every update): :func:`~pipeline.learning.update.follow`."""
+        follow(self._params, self._online_params, self.tau)
 
     def state_dict(self) -> dict[str, torch.Tensor]:
         return self.net.state_dict()

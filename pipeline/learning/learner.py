@@ -1,37 +1,32 @@
-"""The DQN learner: Double-DQN updates of a BatchNorm Q-network, with AMP and torch.compile.
+"""The DQN learner: the networks, the optimizer and the state of Double-DQN updates of a
+BatchNorm Q-network, with AMP and torch.compile.
 
-One ``Learner.update(batch)`` is one optimizer step:
+One ``Learner.update(batch)`` is one optimizer step whose math is
+:mod:`~pipeline.learning.update`, read top to bottom there: the targets (Double DQN's
+selection, QR-DQN's quantiles at it), the loss, the step and the acting copy's average.
+This module holds what that math runs on and where:
 
-1. The batch is moved host-to-device once (pinned + non-blocking when the learner is on
-   CUDA and the batch on CPU; no copy at all on a CPU learner).
-2. Double-DQN targets for the whole batch, without gradients::
+- the batch is moved host-to-device once (pinned + non-blocking when the learner is on
+  CUDA and the batch on CPU; no copy at all on a CPU learner: :mod:`~pipeline.learning.learner_device`);
+- ``torch.compile`` (``settings.compile``) compiles the targets and the loss forward (and
+  so the loss's backward) at the first update, which ``warmup`` runs on random data; a
+  failure falls back to eager with one ``CompileFallbackWarning``
+  (:class:`~pipeline.learning.learner_compile.CompiledStep`);
+- mixed precision (``settings.amp``): bf16 autocast on CPU; on CUDA bf16 when supported,
+  else fp16 with a ``GradScaler``. Autocast covers the loss's forward and backward, the
+  bulk of an update; the no-grad target forwards run in float32, and the network's output
+  layers always do (``QNetwork``). Parameters and optimizer state stay float32;
+- every ``target_sync_updates`` steps a full copy ``target.load_state_dict(online.state_dict())``
+  (BatchNorm buffers too).
 
-       a*     = argmax_a Q_online(s', a)
-       target = ret + discount * Q_target(s', a*)
-
-   ``discount`` comes from the replay already holding ``gamma**k`` (0 when the n-step
-   window hit a terminal state), so the learner has no discount factor of its own.
-3. The masked Huber loss ``sum(w * huber(Q_online(s, a), target)) / max(sum(w), 1)``.
-   With ``quantiles`` N > 0 (the default, 32) steps 2 and 3 are QR-DQN's instead
-   (:mod:`~pipeline.learning.quantile_loss`): N target samples from the target net's
-   quantiles at ``a*``, and the quantile Huber loss on the taken action's N quantiles;
-   ``quantiles=0`` is the Q-value learner of steps 2 and 3 as written.
-4. ``clip_grad_norm_(GRAD_CLIP)``, Adam step, and every ``target_sync_updates`` steps a
-   full copy ``target.load_state_dict(online.state_dict())`` (BatchNorm buffers too).
-
-BatchNorm statistics (:mod:`~pipeline.learning.batchnorm_stats`):
-the online net's running statistics are frozen between calibrations (momentum 0), and
-:meth:`Learner.calibrate` re-estimates them with the current weights over the states its
-owner hands it ("precise BN"): the trainer hands it uniform replay states before every
-publish, and to every update that copies the target (:attr:`Learner.copies_target_next`),
-which re-estimates them on those before the copy. Every eval-mode forward (the target, the
-Double-DQN argmax, the acting copies, the evaluator) then normalises with statistics of the
-weights it runs, not with an average of the last batches, which moved the eval-mode
-Q-values by several action gaps. The learner never draws states itself: it does not know
-the replay.
-
-With ``acting_tau`` the published weights are an :class:`~pipeline.learning.acting_copy.ActingCopy`,
-a moving average of the online ones with statistics calibrated for its own weights.
+BatchNorm statistics (:mod:`~pipeline.learning.batchnorm_stats`): the online net's running
+statistics are frozen between calibrations (momentum 0), and :meth:`Learner.calibrate`
+re-estimates them with the current weights over the states its owner hands it ("precise
+BN"): the trainer hands it uniform replay states before every publish, and to every update
+that copies the target (:attr:`Learner.copies_target_next`), which re-estimates them on
+those before the copy. Every eval-mode forward (the target, the Double-DQN argmax, the
+acting copies, the evaluator) then normalises with statistics of the weights it runs. The
+learner never draws states itself: it does not know the replay.
 
 BatchNorm modes (why):
 
@@ -49,18 +44,8 @@ Known limitation: samples with weight 0 do not contribute to the loss or, throug
 loss, to the gradient, but their observations still enter BatchNorm's batch statistics
 of the train-mode forward. Invalid rows must hold finite values (``0 * inf`` is NaN).
 
-The target computation and the loss forward are :mod:`~pipeline.learning.dqn_loss`'s pure
-tensor functions on the learner's networks. ``torch.compile`` (``settings.compile``)
-compiles both (and so the loss's backward) at the first update, which ``warmup`` runs on
-random data; a failure falls back to eager with one ``CompileFallbackWarning``. The
-learner's :class:`~pipeline.learning.learner_compile.CompiledStep` owns that state.
-
-Mixed precision (``settings.amp``): bf16 autocast on CPU; on CUDA bf16 when supported,
-else fp16 with a ``GradScaler``. Autocast covers the loss's forward and backward, the bulk
-of an update; the no-grad target forwards run in float32, and the network's output layers
-always do (``QNetwork``): Q-values are tens, the gaps between actions that decide every
-argmax are tenths, and bf16 keeps three significant digits. Parameters and optimizer
-state stay float32; the loss is computed in float32.
+With ``acting_tau`` the published weights are an :class:`~pipeline.learning.acting_copy.ActingCopy`,
+a moving average of the online ones with statistics calibrated for its own weights.
 
 Metrics are accumulated in device tensors; ``pop_metrics`` does the only host sync.
 """
@@ -80,11 +65,18 @@ from torch import nn
 from models import QNetwork
 from pipeline.learning.acting_copy import ActingCopy
 from pipeline.learning.batchnorm_stats import freeze_running_statistics, preserved_statistics, recalibrate
-from pipeline.learning.dqn_loss import double_dqn_targets, huber_loss, targets
 from pipeline.learning.learner_compile import WARMUP_UPDATES, CompiledStep, random_batch
 from pipeline.learning.learner_device import BatchLike, batch_to_device, pick_amp_dtype, resolve_device, to_device
 from pipeline.learning.learner_settings import LearnerSettings
-from pipeline.learning.quantile_loss import quantile_huber_loss, quantile_targets
+from pipeline.learning.update import (
+    ADAM_EPS,
+    double_dqn_targets,
+    huber_loss,
+    optimizer_step,
+    quantile_huber_loss,
+    quantile_targets,
+    targets,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -93,12 +85,6 @@ CalibrationStates = torch.Tensor
 
 # Order of the per-update statistics kept in ``Learner._metric_sums``.
 _LOSS, _TD_ABS, _Q_SUM, _WEIGHT, _GRAD_NORM = range(5)
-
-# Adam's epsilon: Rainbow's (Hessel et al. 2018), which bounds a step where a gradient's second
-# moment is tiny; every run of this project used it, and no other value was ever measured.
-ADAM_EPS: float = 1.5e-4
-# The gradient norm an update clips to: every run of this project used 10, never another value.
-GRAD_CLIP: float = 10.0
 
 
 class Learner:
@@ -334,23 +320,11 @@ class Learner:
         *,
         calibration_states: CalibrationStates | None = None,
     ) -> None:
-        target = self._compute_targets(next_obs, ret, discount)
-        self.optimizer.zero_grad(set_to_none=True)
+        # The math is pipeline.learning.update's, in its order: targets, loss, step, average.
+        target = targets(self.online, self.step.targets, next_obs, ret, discount)
         loss, stats = self.step.loss(obs, action, target, weight)
-        if self.scaler is not None:
-            self.scaler.scale(loss).backward()
-        else:
-            loss.backward()
+        grad_norm = optimizer_step(loss, self.optimizer, self._params, self.scaler)
         self._metric_sums[:_GRAD_NORM] += stats
-
-        if self.scaler is not None:
-            self.scaler.unscale_(self.optimizer)  # clip the true gradients, not scaled ones
-        grad_norm = nn.utils.clip_grad_norm_(self._params, GRAD_CLIP)
-        if self.scaler is not None:
-            self.scaler.step(self.optimizer)
-            self.scaler.update()
-        else:
-            self.optimizer.step()
         self._metric_sums[_GRAD_NORM] += grad_norm.detach().float()
         self._metric_updates += 1
         self.updates += 1
@@ -358,10 +332,6 @@ class Learner:
             self.sync_target(calibration_states)
         if self.acting is not None:
             self.acting.follow()
-
-    def _compute_targets(self, *batch: torch.Tensor) -> torch.Tensor:
-        """Targets from ``(next_obs, ret, discount)``."""
-        return targets(self.online, self.step.targets, *batch)
 
     # The two functions the step compiles: bound methods, so the compiled graphs see the
     # learner's networks (and guard on them) as the eager ones do.

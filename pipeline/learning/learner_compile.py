@@ -2,7 +2,7 @@
 
 :class:`CompiledStep` owns the compile state of a
 :class:`~pipeline.learning.learner.Learner`: its two pure tensor functions (the target
-computation and the loss forward, :mod:`~pipeline.learning.dqn_loss`; AOTAutograd compiles
+computation and the loss forward, :mod:`~pipeline.learning.update`; AOTAutograd compiles
 the loss's backward too), eager until the first update, then compiled, or eager again for
 good when compiling failed. The learner runs every update through :meth:`CompiledStep.run`,
 which at the first one compiles, runs the update, and on any compiler or backend failure

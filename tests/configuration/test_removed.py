@@ -188,13 +188,13 @@ def test_check_saved_names_its_source() -> None:
 
 
 def test_the_fixed_values_are_the_ones_the_code_uses() -> None:
-    from pipeline.learning import learner
+    from pipeline.learning import update
     from pipeline.run import pacing
     from pipeline.run.collector import process as collector
     from pipeline.run.trainer import checkpoints, shutdown, steadiness_watch
 
-    assert REMOVED["adam_eps"] == learner.ADAM_EPS
-    assert REMOVED["grad_clip"] == learner.GRAD_CLIP
+    assert REMOVED["adam_eps"] == update.ADAM_EPS
+    assert REMOVED["grad_clip"] == update.GRAD_CLIP
     assert REMOVED["epsilon_start"] == pacing.EPSILON_START
     assert REMOVED["weights_check_steps"] == collector.WEIGHTS_CHECK_STEPS
     assert REMOVED["eval_final_timeout_s"] == shutdown.FINAL_EVALUATION_TIMEOUT_S

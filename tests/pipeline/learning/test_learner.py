@@ -1,4 +1,4 @@
-"""Tests for pipeline.learning.learner (and the dqn_loss functions and compiled step it
+"""Tests for pipeline.learning.learner (and the update functions and compiled step it
 runs): Double-DQN loss, masking, target sync with precise BN, warmup restore, compile
 (and its fallback), AMP, metrics and published weights."""
 
@@ -12,12 +12,12 @@ import pytest
 import torch
 from torch import nn
 
-from pipeline.learning.dqn_loss import targets
 from pipeline.learning.learner import Learner
 from pipeline.learning.learner_compile import CompiledStep, CompileFallbackWarning
 from pipeline.learning.learner_device import batch_to_device
 from pipeline.learning.learner_settings import LearnerSettings
 from pipeline.learning.replay import Batch
+from pipeline.learning.update import targets
 
 NUM_ACTIONS = 4
 

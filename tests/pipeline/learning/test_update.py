@@ -1,6 +1,7 @@
-"""Tests for pipeline.learning.quantile_loss and the learner that runs it (``quantiles`` > 0):
+"""Tests for pipeline.learning.update and the learner that runs it (``quantiles`` > 0):
 the quantile Huber loss by hand and by what it converges to, the Double-DQN quantile
-targets, and QR-DQN updates on the real Q-network (compiled: test_learner's compile test)."""
+targets, QR-DQN updates on the real Q-network (compiled: test_learner's compile test),
+the clipped step and the acting copy's average."""
 
 from __future__ import annotations
 
@@ -13,7 +14,14 @@ from torch import nn
 from models import QNetwork
 from pipeline.learning.learner import Learner
 from pipeline.learning.learner_settings import LearnerSettings
-from pipeline.learning.quantile_loss import quantile_huber_loss, quantile_midpoints, quantile_targets
+from pipeline.learning.update import (
+    GRAD_CLIP,
+    follow,
+    optimizer_step,
+    quantile_huber_loss,
+    quantile_midpoints,
+    quantile_targets,
+)
 from tests.pipeline.learning.test_learner import NUM_ACTIONS, loss_of, make_batch, perturb
 
 QUANTILES = 8
@@ -25,6 +33,9 @@ class FreeQuantiles(nn.Module):
     def __init__(self, actions: int, quantiles: int) -> None:
         super().__init__()
         self.theta = nn.Parameter(torch.zeros(actions, quantiles))
+
+    def frames(self, obs: torch.Tensor) -> torch.Tensor:
+        return obs
 
     def quantile_values(self, obs: torch.Tensor) -> torch.Tensor:
         return self.theta.unsqueeze(0).expand(obs.shape[0], -1, -1)
@@ -118,3 +129,36 @@ def test_qr_learner_overfits_a_fixed_batch() -> None:
     assert metrics["updates"] == 40 and all(torch.isfinite(torch.tensor(v)) for v in metrics.values())
     # What the collectors play is a Q-network like any other: [B, actions].
     assert learner.published_net(batch.obs).shape == (8, NUM_ACTIONS)
+
+
+# ---------------------------------------------------------------------------- the step and the average
+
+
+def test_the_step_clips_the_gradient_to_its_norm_and_returns_the_norm_before() -> None:
+    """A loss whose gradient is (30, 40) (norm 50): one SGD step of rate 1 moves the
+    parameter by the gradient scaled to norm GRAD_CLIP, and the step returns 50."""
+    weight = nn.Parameter(torch.zeros(2))
+    optimizer = torch.optim.SGD([weight], lr=1.0)
+    weight.grad = torch.full((2,), 123.0)  # a stale gradient: the step must not add to it
+    loss = (weight * torch.tensor([30.0, 40.0])).sum()
+    norm = optimizer_step(loss, optimizer, [weight])
+    assert norm.item() == 50.0
+    scale = GRAD_CLIP / 50.0
+    torch.testing.assert_close(weight.detach(), torch.tensor([-30.0 * scale, -40.0 * scale]))
+
+
+def test_the_step_leaves_a_gradient_under_the_clip_as_it_is() -> None:
+    weight = nn.Parameter(torch.zeros(2))
+    optimizer = torch.optim.SGD([weight], lr=0.5)
+    norm = optimizer_step((weight * torch.tensor([3.0, 4.0])).sum(), optimizer, [weight])
+    assert norm.item() == 5.0
+    torch.testing.assert_close(weight.detach(), torch.tensor([-1.5, -2.0]))
+
+
+def test_follow_moves_each_acting_tensor_tau_of_the_way() -> None:
+    acting = [torch.tensor([0.0, 10.0]), torch.tensor([[4.0]])]
+    online = [torch.tensor([1.0, 0.0]), torch.tensor([[-4.0]])]
+    follow(acting, online, 0.25)
+    torch.testing.assert_close(acting[0], torch.tensor([0.25, 7.5]))
+    torch.testing.assert_close(acting[1], torch.tensor([[2.0]]))
+    assert torch.equal(online[0], torch.tensor([1.0, 0.0]))  # the online weights stay
