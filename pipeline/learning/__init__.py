@@ -12,8 +12,9 @@
 - :mod:`~pipeline.learning.flat_state`: a state_dict as one float32 vector and back
   (the torch side of the weights block).
 - :mod:`~pipeline.learning.checkpoint`: atomic, safely loaded, rotated checkpoints.
-- :mod:`~pipeline.learning.policy`: the greedy policy of a checkpoint or of published
-  weights and the episode loop that ``eval``, ``play`` and the evaluator share.
+- :mod:`~pipeline.learning.policy`: the greedy policy of a checkpoint, a mark or an export;
+  :mod:`~pipeline.learning.episodes`: the episode loop that ``eval``, ``play`` and the
+  evaluator play it with.
 - :mod:`~pipeline.learning.recording`: colour video of an episode (MP4 or GIF).
 
 Uses :mod:`pipeline.transport`; knows nothing about processes or the command line.

@@ -18,8 +18,9 @@ import torch
 
 from config import Config
 from models import QNetwork
+from pipeline.learning.episodes import build_env, single_thread_torch
 from pipeline.learning.flat_state import flatten_state, state_numel
-from pipeline.learning.policy import build_env, network_of, single_thread_torch
+from pipeline.learning.policy import network_of
 from pipeline.run.evaluator.evaluator import Evaluator
 from pipeline.run.evaluator.protocol import EVAL_SEED_OFFSET, EvaluationProtocol, play_protocol, protocol_figures
 from pipeline.transport import weights as W
