@@ -22,15 +22,12 @@ from config import Config
 from pipeline.bench import learning as learning_module
 from pipeline.bench.command import _without_only_learning
 from pipeline.bench.learning import (
-    EXIT_INTERRUPTED,
     drawn_variants,
     learning_command,
     other_variants,
     parse,
     results_name,
     run_env,
-    run_frames,
-    wall_and_ratio,
 )
 from pipeline.bench.learning_curves import (
     BENCH_FIRST_SEED,
@@ -56,6 +53,7 @@ from pipeline.bench.learning_figures import (
     over_seeds,
     run_figures,
 )
+from pipeline.bench.learning_runs import EXIT_INTERRUPTED, run_frames
 from pipeline.bench.options import PART_HELP, PARTS
 from pipeline.common.errors import UserError
 from pipeline.learning.checkpoint import save_checkpoint
@@ -358,20 +356,6 @@ def test_the_figure_draws_the_variant_and_only_the_ones_compared_with() -> None:
     assert list(drawn_variants(result, others, None)) == ["new", "default", "old", "older"]
     assert list(drawn_variants(result, others, ["older", "default"])) == ["new", "older", "default"]
     assert drawn_variants(result, others, ["default"])["new"] is result
-
-
-def test_wall_time_adds_up_across_resumed_processes(tmp_path: Path) -> None:
-    (tmp_path / "config.json").write_text(json.dumps({"config": {"learning_starts": 100, "replay_ratio": 2.0}}))
-    rows = ["time_s,frames,samples,records", "5,10,0,10", "60,500,600,400", "4,520,640,420", "30,900,1600,900"]
-    (tmp_path / "metrics.csv").write_text("\n".join(rows) + "\n")
-    figures = wall_and_ratio(tmp_path)
-    assert figures["wall_s"] == 90  # 60 s, then a resumed process's 30 s
-    assert figures["frames_per_s"] == pytest.approx(10)
-    assert figures["replay_ratio"] == pytest.approx(2.0) and figures["replay_ratio_held"] == pytest.approx(1.0)
-    assert figures["replayed_frames"] == 0.0  # metrics from before frontier starts have no such column
-    rows = [rows[0] + ",replayed_frames", "5,10,0,10,0", "60,500,600,400,1200"]
-    (tmp_path / "metrics.csv").write_text("\n".join(rows) + "\n")
-    assert wall_and_ratio(tmp_path)["replayed_frames"] == 1200.0
 
 
 def bench(out: Path, frames: int) -> subprocess.CompletedProcess[str]:

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.bench.learning import EXIT_INTERRUPTED
 from pipeline.bench.learning_curves import EVAL_CACHE
 from pipeline.bench.learning_curves import mark_workers as workers_for
+from pipeline.bench.learning_runs import EXIT_INTERRUPTED
 from tests.conftest import wait_until
 from tests.pipeline.bench.test_learning import fake_run, start_bench
 
