@@ -35,19 +35,18 @@ from __future__ import annotations
 import logging
 import os
 import signal
-import sys
 import time
 import traceback
-from dataclasses import dataclass
 
 import numpy as np
 
-from config import Config
 from pipeline.common.child import ParentWatch
 from pipeline.common.priority import yield_to_learner
 from pipeline.common.seeds import stream_seed
 from pipeline.learning.exploration import epsilon_greedy
 from pipeline.learning.frontier import EpisodeTrace, FrontierArchive, stage_signature
+from pipeline.run.collector.args import CollectorArgs
+from pipeline.run.collector.env_failures import EnvFailures, InjectedFaults
 from pipeline.run.collector.env_stream import EnvStream
 from pipeline.run.collector.frontier_starts import FrontierStarter
 from pipeline.transport import episodes as episode_channel
@@ -58,9 +57,6 @@ from pipeline.transport.records import FLAG_FINAL, FLAG_START, FLAG_TERMINATED, 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("MKL_NUM_THREADS", "1")
 
-ENV_ERROR_LIMIT = 5  # env failures within ENV_ERROR_WINDOW_S before backing off
-ENV_ERROR_WINDOW_S = 60.0
-ENV_ERROR_BACKOFF_S = 5.0
 PARENT_CHECK_STEPS = 256
 # A collector looks for new weights between episodes and at least every this many agent
 # steps (all its envs together): at Mario's ~150 steps/s per env a few seconds, well within
@@ -68,30 +64,6 @@ PARENT_CHECK_STEPS = 256
 WEIGHTS_CHECK_STEPS = 200
 MAX_TRACE_STEPS = 20_000  # longest episode kept for frontier starts when episodes are unlimited
 HOLD_CHECK_S = 0.01  # how often a collector held for the evaluator looks again
-
-
-@dataclass
-class CollectorArgs:
-    """Everything a collector process needs; plain values (Config is a plain dataclass) so it
-    pickles for the child's start."""
-
-    slot: int  # the collector's index (its process number)
-    config: Config
-    ring_name: str
-    weights_name: str
-    parent_pid: int
-    log_path: str = ""
-    # Fault injection for reliability tests: "" or "env_error:<step>" / "env_error_always" /
-    # "crash_always" (raises while starting, on every start).
-    fault: str = ""
-    slots: tuple[int, ...] = ()  # ring slots of its envs, the home slot first (default: (slot,))
-    # Where the furthest trajectory of frontier starts is kept across restarts and resumes
-    # ("" keeps it in memory: it is lost with the process).
-    frontier_path: str = ""
-    # Collectors of the run numbered before this machine's (the Ray backend's earlier node
-    # places): seeds follow the run-wide number, so no two collectors of a run draw the
-    # same episodes and exploration, and a collector seeds as the local one of its number.
-    collectors_before: int = 0
 
 
 class _Stop(Exception):
@@ -216,13 +188,8 @@ class Collector:
                 f"{self.loader.num_floats}"
             )
         self.weights_version = 0
-        self.env_errors: list[float] = []  # times of recent env failures (bounded by the window)
-        self.seen_errors: set[str] = set()
-        self.fault_step = -1
-        if args.fault == "crash_always":
-            raise RuntimeError("injected crash while starting (every start)")
-        if args.fault.startswith("env_error:"):
-            self.fault_step = int(args.fault.split(":", 1)[1])
+        self.failures = EnvFailures(self.args.slot, self.logger)
+        self.faults = InjectedFaults(args.fault)
 
     # -- helpers ------------------------------------------------------------------------
     def _build_env(self, seed: int):
@@ -268,39 +235,11 @@ class Collector:
         transitions.commit()
 
     def _env_failed(self, stream: EnvStream) -> None:
-        """Log an environment exception, rebuild the env, and back off if it keeps failing.
-
-        The first occurrence of an error is logged with its traceback; repeats of the same
-        error get one line each, so a flapping env cannot flood the log. The failed
-        episode is cut (the replay memory never bootstraps across a cut).
-        """
-        now = time.monotonic()
-        self.env_errors = [t for t in self.env_errors if now - t < ENV_ERROR_WINDOW_S] + [now]
+        """Log an environment exception (backing off if it keeps failing: :class:`EnvFailures`),
+        rebuild the env and cut the failed episode."""
         stream.counters.env_errors += 1
-        error = traceback.format_exception_only(*sys.exc_info()[:2])[-1].strip()
-        if error not in self.seen_errors:
-            if len(self.seen_errors) < 100:
-                self.seen_errors.add(error)
-            self.logger.error(
-                "collector %d: environment raised; rebuilding it:\n%s", self.args.slot, traceback.format_exc()
-            )
-        else:
-            self.logger.error("collector %d: environment raised again (%s); rebuilding it", self.args.slot, error)
-        if len(self.env_errors) >= ENV_ERROR_LIMIT:
-            self.logger.error(
-                "collector %d: %d environment failures in the last %.0f s; backing off %.0f s before rebuilding",
-                self.args.slot,
-                len(self.env_errors),
-                ENV_ERROR_WINDOW_S,
-                ENV_ERROR_BACKOFF_S,
-            )
-            deadline = time.monotonic() + ENV_ERROR_BACKOFF_S
-            while time.monotonic() < deadline:
-                if self._should_stop():
-                    raise _Stop
-                self.counters.beat()
-                time.sleep(0.1)
-            self.env_errors.clear()
+        if not self.failures.record(should_stop=self._should_stop, beat=self.counters.beat):
+            raise _Stop
         stream.preprocess_done_ns += self._preprocess_ns(stream.env)  # the new env's clock starts at 0
         try:
             stream.env.close()
@@ -308,14 +247,6 @@ class Collector:
             pass
         stream.env = self._build_env(stream.seed)
         stream.needs_reset = True
-
-    def _maybe_inject_fault(self, steps: int) -> None:
-        """Reliability tests only: raise inside env stepping as a broken emulator would."""
-        if self.args.fault == "env_error_always":
-            raise RuntimeError("injected environment fault (every step)")
-        if steps == self.fault_step:
-            self.fault_step = -1  # once
-            raise RuntimeError(f"injected environment fault at step {steps}")
 
     def _reset(self, stream: EnvStream) -> bool:
         try:
@@ -379,7 +310,7 @@ class Collector:
             episode_ended = False
             for stream, action in zip(self.streams, actions.tolist()):
                 try:
-                    self._maybe_inject_fault(stream.steps)
+                    self.faults.on_step(stream.steps)
                     next_obs, reward, terminated, truncated, info = stream.env.step(action)
                 except Exception:  # noqa: BLE001 - the episode is cut; replay handles cuts
                     self._env_failed(stream)

@@ -28,7 +28,7 @@ import envs
 from config import Config
 from pipeline.learning.flat_state import state_numel
 from pipeline.learning.learner_device import resolve_device
-from pipeline.run.collector.process import CollectorArgs
+from pipeline.run.collector.args import CollectorArgs
 from pipeline.run.collector.supervisor import Supervisor
 from pipeline.run.monitor.keys import COUNTER_KEYS
 from pipeline.run.monitor.monitor import Monitor

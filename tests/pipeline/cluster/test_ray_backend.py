@@ -397,7 +397,7 @@ RECORDS = 300  # per stream: a few dozen Catch episodes, greedy and random steps
 def _local_records(cfg: Config, flat: np.ndarray, epsilon: float, tmp_path: Path) -> list[np.ndarray]:
     """The first RECORDS records of each stream of ``cfg.num_processes`` local collectors
     acting with ``flat`` at ``epsilon``, read by the local backend's consolidator."""
-    from pipeline.run.collector.process import CollectorArgs
+    from pipeline.run.collector.args import CollectorArgs
     from pipeline.run.collector.supervisor import Supervisor
     from pipeline.run.trainer.consolidator import Consolidator
     from pipeline.transport import ring as R

@@ -17,7 +17,7 @@ import torch
 from config import Config
 from pipeline.learning.flat_state import flatten_state, state_numel
 from pipeline.run.collector import supervisor as S
-from pipeline.run.collector.process import CollectorArgs
+from pipeline.run.collector.args import CollectorArgs
 from pipeline.transport import ring as R
 from pipeline.transport import weights as W
 from pipeline.transport.segments import create_segment, release, segment_name

@@ -10,7 +10,7 @@ import pytest
 
 from config import Config
 from pipeline.run.collector import supervisor as S
-from pipeline.run.collector.process import CollectorArgs
+from pipeline.run.collector.args import CollectorArgs
 from pipeline.transport import ring as R
 from pipeline.transport import weights as W
 from pipeline.transport.segments import create_segment, release, segment_name
