@@ -57,19 +57,13 @@ from pipeline.learning.flat_state import flatten_state
 from pipeline.run.evaluator.evaluations import Evaluations
 from pipeline.run.monitor.keys import COUNTER_KEYS, LEARNER_PHASES, CounterKey, LearnerPhase
 from pipeline.run.monitor.monitor import Snapshot
-from pipeline.run.pacing import epsilon_at, next_mark
+from pipeline.run.pacing import epsilon_at
 from pipeline.run.trainer import snapshots
-from pipeline.run.trainer.checkpoints import (
-    checkpoint_payload,
-    mark_payload,
-    rolling_return,
-    write_mark,
-    write_periodic,
-)
 from pipeline.run.trainer.collection import CollectionBackend
 from pipeline.run.trainer.interrupts import StartupInterrupts
 from pipeline.run.trainer.pieces import TrainingError, run_event_loop, save_replay
 from pipeline.run.trainer.resources import RunResources
+from pipeline.run.trainer.saving import SaveSchedule
 from pipeline.run.trainer.shutdown import drain, final_monitor_row, finish_evaluations, save_final, write_summary
 from pipeline.run.trainer.startup import open_run
 from pipeline.run.trainer.thread_handover import HandoverWatch
@@ -111,16 +105,14 @@ class Trainer:
         self.startup: dict[str, float] = {}
         self._sigint_count = 0
         self._t0 = time.monotonic()
-        self._last_checkpoint_t = time.monotonic()
-        self._last_replay_save_t = time.monotonic()
         self.final_checkpoint: Path | None = None
-        self._next_mark = 0  # frames at which the next mark is kept (mark_interval_frames)
         self.evaluations = Evaluations()
         self.fatal = ""  # why the run had to end (a collector crash loop), "" when it ended normally
         self.final_error = ""  # why the final checkpoint could not be written, "" when it was
         self.final_evaluation = False  # whether the shutdown waits for an evaluation of the last weights
         self.interrupts = StartupInterrupts()
         self.write_failures = WriteFailures()
+        self.saves = SaveSchedule(cfg, self.write_failures)
 
     @property
     def resources(self) -> RunResources:
@@ -223,13 +215,10 @@ class Trainer:
             if self.time_limit_s is not None and time.monotonic() - self._t0 >= self.time_limit_s:
                 self.request_stop(f"ran {self.time_limit_s:.0f} s")
                 break
-            if time.monotonic() - self._last_checkpoint_t >= cfg.checkpoint_interval_s:
-                await self.save_in_background()
-            if self._replay_save_due():
-                # In the loop, not a thread: the replay must not change while it is written.
-                # A few seconds; the rings hold collection meanwhile.
-                save_replay(res.replay, res.paths.checkpoints)
-                self._last_replay_save_t = time.monotonic()
+            if self.saves.checkpoint_due():
+                await self.saves.checkpoint(res, self._totals())
+            if self.train_enabled:
+                self.saves.save_replay_if_due(res)
             try:
                 await asyncio.wait_for(stop.wait(), timeout=0.5)
             except TimeoutError:
@@ -237,12 +226,6 @@ class Trainer:
         # A stop just after the frames passed a mark keeps it: a resume goes on from the next.
         self._collector_totals()
         await self.keep_due_mark()
-
-    def _replay_save_due(self) -> bool:
-        cfg = self.cfg
-        if not (self.train_enabled and cfg.save_replay and cfg.replay_save_interval_s > 0):
-            return False
-        return time.monotonic() - self._last_replay_save_t >= cfg.replay_save_interval_s
 
     async def _monitor(self) -> None:
         assert self.stop_event is not None
@@ -321,39 +304,15 @@ class Trainer:
             startup=dict(self.startup),
         )
 
-    # -- checkpoints ----------------------------------------------------------------------
-    def _checkpoint_args(self) -> tuple[dict[str, Any], int, float | None]:
-        """A checkpoint's payload (statistics re-estimated for saving: ``eval`` and ``play``
-        load it), its frame count and the rolling training return best.pt is judged by."""
-        res = self.resources
+    # -- saves ----------------------------------------------------------------------------
+    def _totals(self) -> dict[CounterKey, int]:
+        """Every counter of the run, resumed ones included, the collectors' read now."""
         self._collector_totals()
-        totals = {k: self.total(k) for k in COUNTER_KEYS}
-        with res.calibration.for_saving():
-            payload = checkpoint_payload(res.learner, totals, self.cfg, res.num_actions)
-        return payload, totals["frames"], rolling_return(res.consolidator.episodes)
-
-    async def save_in_background(self) -> Path | None:
-        """A periodic checkpoint, written by a worker thread while training goes on
-        (:func:`~pipeline.run.trainer.checkpoints.write_periodic`); None when it failed."""
-        payload, frames, score = self._checkpoint_args()
-        self._last_checkpoint_t = time.monotonic()  # a failed write is retried an interval later, not every tick
-        return await write_periodic(
-            self.resources.checkpoints, payload, frames, score, self.write_failures, self.cfg.checkpoint_interval_s
-        )
+        return {k: self.total(k) for k in COUNTER_KEYS}
 
     async def keep_due_mark(self) -> Path | None:
-        """Once the frames pass the next mark, unless the run failed: the online net there (a few
-        frames past it), its statistics re-estimated for saving, written by a worker
-        thread; a failed write is reported once and that mark skipped. None if none is due."""
-        if not self.cfg.mark_interval_frames or self.fatal or self.total("frames") < self._next_mark:
-            return None
-        res = self.resources
-        totals = {k: self.total(k) for k in COUNTER_KEYS}
-        with res.calibration.for_saving():
-            payload = mark_payload(res.learner, totals, self.cfg, res.num_actions)
-        mark = self._next_mark
-        self._next_mark = next_mark(totals["frames"], self.cfg.mark_interval_frames)
-        return await write_mark(res.paths.checkpoints, payload, mark, self.write_failures)
+        """The mark the frames passed, unless the run failed (:class:`SaveSchedule`)."""
+        return None if self.fatal else await self.saves.keep_due_mark(self.resources, self._totals())
 
     # -- run ------------------------------------------------------------------------------
     def request_stop(self, reason: str) -> None:
@@ -425,13 +384,13 @@ class Trainer:
             self._poll_evaluations(stopping=True)  # what it sent meanwhile
         try:
             drain(res.consolidator)
-            payload, frames, score = self._checkpoint_args()
+            payload, frames, score = self.saves.checkpoint_args(res, self._totals())
             root = res.paths.root
             self.final_checkpoint, self.final_error = save_final(
                 res.checkpoints, payload, frames, score, run_root=root, stop_reason=self.stop_reason
             )
             if self.final_checkpoint is not None:
-                self._last_checkpoint_t = time.monotonic()
+                self.saves.last_checkpoint_t = time.monotonic()
             if self.cfg.save_replay and self.train_enabled:
                 save_replay(res.replay, res.paths.checkpoints)
             write_summary(root, self._summary())
@@ -493,5 +452,4 @@ class Trainer:
         res = self.resources
         if res.warmup_s is not None:
             self.startup["compile+warm-up"] = res.warmup_s
-        if self.cfg.mark_interval_frames:
-            self._next_mark = next_mark(res.resumed["frames"], self.cfg.mark_interval_frames)
+        self.saves.start(res.resumed["frames"])
