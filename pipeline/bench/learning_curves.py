@@ -123,7 +123,7 @@ def evaluate_mark(path: str, protocol: dict[str, Any]) -> dict[str, Any]:
     mark, on one torch thread. Same mark and same protocol, same figures. The episodes are
     played by :func:`~pipeline.run.evaluator.value_check.value_check` (the same episodes as
     ``play_protocol``), so the values against the returns come with them at no extra play."""
-    from pipeline.learning.episodes import EpisodeResult, run_episode, single_thread_torch
+    from pipeline.learning.episode_loop import EpisodeResult, run_episode, single_thread_torch
     from pipeline.learning.policy import load_policy
     from pipeline.run.evaluator.protocol import protocol_figures
     from pipeline.run.evaluator.value_check import value_check

@@ -1,7 +1,7 @@
 """``python main.py eval``: play episodes with a checkpoint and print their statistics.
 
 Loading the checkpoint and playing use :mod:`pipeline.learning.policy` and
-:mod:`pipeline.learning.episodes`, as ``play`` and
+:mod:`pipeline.learning.episode_loop`, as ``play`` and
 the in-training evaluator do, and the episodes follow the evaluation protocol
 (:mod:`pipeline.run.evaluator.protocol`) that the evaluator and the learning benchmark play:
 episode ``i`` (counting from 0) resets its env with ``seed + i`` and draws its random
@@ -47,7 +47,7 @@ from typing import Any
 
 from pipeline.common.errors import OneLineParser, UserError
 from pipeline.common.files import atomic_write_text
-from pipeline.learning.episodes import EpisodeResult, single_thread_torch, summarise
+from pipeline.learning.episode_loop import EpisodeResult, single_thread_torch, summarise
 from pipeline.learning.learner_settings import SAVED_STATISTICS_STATES
 from pipeline.learning.policy import Policy, constant_action_model, load_policy
 

@@ -54,7 +54,7 @@ def default_video(checkpoint: Path, frames: int) -> Path:
 def play_command(argv: list[str]) -> int:
     """Play ``--episodes`` episodes and write them to one video; print its path and a summary."""
     from pipeline.common.files import check_output_path
-    from pipeline.learning.episodes import build_env, caption, play_episode, single_thread_torch, summarise
+    from pipeline.learning.episode_loop import build_env, caption, play_episode, single_thread_torch, summarise
     from pipeline.learning.policy import load_policy
     from pipeline.learning.recording import VIDEO_SUFFIXES, annotate, open_video, video_fps
     from pipeline.run.evaluator.protocol import epsilon_rng

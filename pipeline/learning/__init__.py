@@ -13,7 +13,7 @@
   (the torch side of the weights block).
 - :mod:`~pipeline.learning.checkpoint`: atomic, safely loaded, rotated checkpoints.
 - :mod:`~pipeline.learning.policy`: the greedy policy of a checkpoint, a mark or an export;
-  :mod:`~pipeline.learning.episodes`: the episode loop that ``eval``, ``play`` and the
+  :mod:`~pipeline.learning.episode_loop`: the episode loop that ``eval``, ``play`` and the
   evaluator play it with.
 - :mod:`~pipeline.learning.recording`: colour video of an episode (MP4 or GIF).
 

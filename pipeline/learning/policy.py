@@ -8,7 +8,7 @@ ready to act.
 * :func:`network_of` builds the Q-network a run's config describes (collectors, the
   evaluator and the learner's checks all use it, so their shapes agree).
 
-:mod:`~pipeline.learning.episodes` plays it. Importing this module is cheap; torch loads
+:mod:`~pipeline.learning.episode_loop` plays it. Importing this module is cheap; torch loads
 on first use.
 """
 

@@ -22,7 +22,7 @@ from typing import Any
 from config import Config
 from pipeline.common.child import ParentWatch
 from pipeline.common.files import atomic_write
-from pipeline.learning.episodes import run_episode
+from pipeline.learning.episode_loop import run_episode
 from pipeline.run.evaluator.hold import hold_frames
 from pipeline.run.evaluator.progress import CountingEnv
 from pipeline.run.evaluator.protocol import EVAL_SEED_OFFSET, EvaluationProtocol, play_protocol, protocol_figures
@@ -109,7 +109,7 @@ class _Worker:
         import torch
 
         import envs
-        from pipeline.learning.episodes import build_env
+        from pipeline.learning.episode_loop import build_env
         from pipeline.learning.flat_state import StateLoader
         from pipeline.learning.policy import network_of
         from pipeline.transport.segments import attach_segment
@@ -295,7 +295,7 @@ class _Worker:
 
     def _save_best(self, episode: Any, version: int, learner_step: int) -> str:
         """Replay ``episode`` from its seed and actions into videos/best.mp4 (atomically)."""
-        from pipeline.learning.episodes import caption, play_episode
+        from pipeline.learning.episode_loop import caption, play_episode
         from pipeline.learning.recording import annotate, open_video, video_fps
 
         self.videos.mkdir(parents=True, exist_ok=True)

@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from pipeline.learning.episodes import EpisodeResult, Step, play_episode, summarise
+from pipeline.learning.episode_loop import EpisodeResult, Step, play_episode, summarise
 
 if TYPE_CHECKING:
     from config import Config
@@ -47,7 +47,7 @@ __all__ = [
 
 EVAL_SEED_OFFSET = 5_000_000  # evaluation seeds never coincide with collector seeds
 EPSILON_STREAM = 1  # the second number of the epsilon generator's seed sequence
-# What a protocol reports (episodes.summarise's names), in the order it is printed.
+# What a protocol reports (episode_loop.summarise's names), in the order it is printed.
 FIGURE_KEYS: tuple[str, ...] = (
     "episodes",
     "mean_x_pos",
@@ -148,7 +148,7 @@ def protocol_steps(
     should_stop: Callable[[], bool] | None = None,
 ) -> Iterator[Step]:
     """The steps of the protocol's episode from ``seed``: its epsilon drawn from the
-    episode's own generator, its step cap (see :func:`~pipeline.learning.episodes.play_episode`)."""
+    episode's own generator, its step cap (see :func:`~pipeline.learning.episode_loop.play_episode`)."""
     return play_episode(
         env,
         model,
@@ -173,7 +173,7 @@ def play_protocol(
 ) -> list[EpisodeResult] | None:
     """Play every episode of ``protocol``; None when ``should_stop`` interrupted it.
 
-    The caller runs torch on one thread (:func:`~pipeline.learning.episodes.single_thread_torch`,
+    The caller runs torch on one thread (:func:`~pipeline.learning.episode_loop.single_thread_torch`,
     or a process set up that way): batch-1 inference gains nothing from more.
     """
     results = []

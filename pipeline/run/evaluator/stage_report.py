@@ -21,7 +21,7 @@ from typing import Any
 
 from config import Config
 from pipeline.common.errors import UserError
-from pipeline.learning.episodes import EpisodeResult, build_env
+from pipeline.learning.episode_loop import EpisodeResult, build_env
 from pipeline.run.evaluator import episode_ends
 
 __all__ = ["StageRow", "combined_values", "ends_lines", "play_stages", "stage_table", "stages_played"]

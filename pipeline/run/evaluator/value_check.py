@@ -15,7 +15,7 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-from pipeline.learning.episodes import EpisodeResult
+from pipeline.learning.episode_loop import EpisodeResult
 from pipeline.run.evaluator.protocol import EvaluationProtocol, protocol_steps
 
 __all__ = ["value_check"]
@@ -57,7 +57,7 @@ def value_check(
     """Play ``protocol`` (the same episodes as :func:`~pipeline.run.evaluator.protocol.play_protocol`)
     and return the episodes' results and the value figures of their greedy steps.
 
-    ``env`` gives rewards in game units (:func:`~pipeline.learning.episodes.build_env`);
+    ``env`` gives rewards in game units (:func:`~pipeline.learning.episode_loop.build_env`);
     ``reward_scale`` turns them into the units the network learnt.
     """
     recorder = _RecordingModel(model)

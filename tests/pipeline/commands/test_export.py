@@ -16,7 +16,7 @@ from pipeline.commands.export import FIGURE_KEYS, export_command
 from pipeline.commands.play import default_video, play_command
 from pipeline.common.errors import UserError
 from pipeline.learning.checkpoint import load_checkpoint
-from pipeline.learning.episodes import build_env, play_episode
+from pipeline.learning.episode_loop import build_env, play_episode
 from pipeline.learning.policy import load_policy
 from pipeline.learning.shipped import shipped_dir
 from tests.conftest import run_main

@@ -18,7 +18,7 @@ import torch
 
 from config import Config
 from models import QNetwork
-from pipeline.learning.episodes import build_env, single_thread_torch
+from pipeline.learning.episode_loop import build_env, single_thread_torch
 from pipeline.learning.flat_state import flatten_state, state_numel
 from pipeline.learning.policy import network_of
 from pipeline.run.evaluator.evaluator import Evaluator

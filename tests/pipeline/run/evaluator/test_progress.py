@@ -8,7 +8,7 @@ import multiprocessing as mp
 
 from config import Config
 from pipeline.common.gauges import EVALUATOR_PROGRESS_GAUGES
-from pipeline.learning.episodes import build_env
+from pipeline.learning.episode_loop import build_env
 from pipeline.run.evaluator.progress import CountingEnv, new_progress, read_progress
 
 

@@ -10,7 +10,7 @@ import torch
 
 from config import Config
 from models import QNetwork
-from pipeline.learning.episodes import build_env, single_thread_torch
+from pipeline.learning.episode_loop import build_env, single_thread_torch
 from pipeline.learning.policy import network_of
 from pipeline.run.evaluator.protocol import (
     FIGURE_KEYS,

@@ -8,7 +8,7 @@ import pytest
 
 from config import Config
 from pipeline.common.errors import UserError
-from pipeline.learning.episodes import EpisodeResult
+from pipeline.learning.episode_loop import EpisodeResult
 from pipeline.run.evaluator.stage_report import StageRow, combined_values, ends_lines, stage_table, stages_played
 
 

@@ -25,7 +25,7 @@ from envs import make_env
 from models import QNetwork
 from pipeline.common.gauges import STEADINESS_GAUGES
 from pipeline.learning.checkpoint import load_checkpoint
-from pipeline.learning.episodes import single_thread_torch
+from pipeline.learning.episode_loop import single_thread_torch
 from pipeline.learning.policy import load_policy
 from pipeline.learning.shipped import acting_weights
 from pipeline.transport.segments import project_segments, run_tag
