@@ -61,6 +61,7 @@ __all__ = [
     "quantile_midpoints",
     "quantile_targets",
     "targets",
+    "weighted_mean",
 ]
 
 # Adam's epsilon: Rainbow's (Hessel et al. 2018), which bounds a step where a gradient's second
@@ -135,6 +136,18 @@ def loss_autocast(obs: torch.Tensor, amp_dtype: torch.dtype | None) -> contextli
     return torch.autocast(device_type=obs.device.type, dtype=amp_dtype)
 
 
+def weighted_mean(
+    per_sample: torch.Tensor, weight: torch.Tensor, *, q: torch.Tensor, target: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``sum(weight * per_sample) / max(sum(weight), 1)`` (a candidate the replay could not
+    complete weighs 0) and the detached statistics ``[loss, sum w|td|, sum w*q, sum w]`` of
+    the taken actions' Q-values ``q`` against the targets' values ``target``."""
+    loss = (weight * per_sample).sum() / weight.sum().clamp(min=1.0)
+    td_abs = (target - q).abs()
+    stats = torch.stack([loss.detach(), (weight * td_abs).sum(), (weight * q).sum(), weight.sum()])
+    return loss, stats
+
+
 def quantile_midpoints(quantiles: int, device: torch.device | str = "cpu") -> torch.Tensor:
     """The quantile fractions the heads estimate: ``(2i - 1) / 2N`` for i = 1..N, float32 ``[N]``."""
     return (torch.arange(quantiles, dtype=torch.float32, device=device) + 0.5) / quantiles
@@ -167,11 +180,7 @@ def quantile_huber_loss(
     huber = F.smooth_l1_loss(u, torch.zeros_like(u), reduction="none")  # Huber with delta 1, of u itself
     asymmetry = (taus.view(1, -1, 1) - (u.detach() < 0).float()).abs()
     per_sample = (asymmetry * huber).mean(dim=2).sum(dim=1)
-    loss = (weight * per_sample).sum() / weight.sum().clamp(min=1.0)
-    q_detached = theta.detach().mean(dim=1)
-    td_abs = (target.mean(dim=1) - q_detached).abs()
-    stats = torch.stack([loss.detach(), (weight * td_abs).sum(), (weight * q_detached).sum(), weight.sum()])
-    return loss, stats
+    return weighted_mean(per_sample, weight, q=theta.detach().mean(dim=1), target=target.mean(dim=1))
 
 
 def huber_loss(
@@ -190,11 +199,7 @@ def huber_loss(
     q_taken = q_all.float().gather(1, action.unsqueeze(1)).squeeze(1)
     # smooth_l1 with beta=1 is the Huber loss with delta=1.
     per_sample = F.smooth_l1_loss(q_taken, target, reduction="none", beta=1.0)
-    loss = (weight * per_sample).sum() / weight.sum().clamp(min=1.0)
-    q_detached = q_taken.detach()
-    td_abs = (target - q_detached).abs()
-    stats = torch.stack([loss.detach(), (weight * td_abs).sum(), (weight * q_detached).sum(), weight.sum()])
-    return loss, stats
+    return weighted_mean(per_sample, weight, q=q_taken.detach(), target=target)
 
 
 # ---------------------------------------------------------------------------- 3. step
