@@ -129,19 +129,18 @@ class Config:
     (0 = Q-values and the Huber loss; else >= 2). 32 finished 1-1 in 0.50 of the 2M marks'
     episodes on seeds 0 and 1, against the Q-value learner's 0.40 and 0.30, and was ahead
     at 1M on both (docs/learning.md, "What it reaches")."""
-    bn_calibration_states: int = 512
+    bn_calibration_states: int = 1024
     """Precise BN (Wu & Johnson 2021): before every publish and every target copy the
     online network's BatchNorm statistics are re-estimated with its current weights over
     this many uniform replay states (>= 1), and left alone by the training forwards in
     between, so every eval-mode forward (acting copies, evaluator, target, Double-DQN
     argmax) normalises as training does; a running average moved the eval-mode Q-values
-    by several action gaps. Marks and checkpoints are estimated over more (4,096: a draw of
-    256 can stick a saved network at one obstacle, docs/learning.md, "What a mark's
-    statistics cost"). 512 halves what 1,024 cost a publish (10 % of the learner's time
-    on a 2-core box, docs/benchmarks.md): on the shipped agent, over 4,096 states of 1-1,
-    512 states pick the greedy action of 1,024 on 99.4 % of them and move Q by 0.05 on
-    average (two draws of 1,024: 0.03; the mean gap between the best two actions: 0.59);
-    the learning screen to 2M frames is in docs/learning.md ("At the machine's floor")."""
+    by several action gaps. 256 states gave the steadiness of 1,024 at a quarter of the
+    cost (docs/learning-history.md, "Steadiness"), but a draw of 256 can stick a network
+    at one obstacle (docs/learning.md, "What a mark's statistics cost"): 1,024 holds the
+    collectors, the target and the evaluator to the network's own behaviour. 512 halves a
+    publish and held the steadiness figures, but read lower at 1M on both seeds screened
+    (docs/learning.md, "At the machine's floor"), so 1,024 stays."""
     acting_tau: float = 0.005
     """The collectors, the evaluator, marks and play act with a moving average of the online
     weights, acting += tau * (online - acting) after every update, its BatchNorm statistics

@@ -123,7 +123,7 @@ def validate(cfg: Any) -> None:
             _problem("collector_niceness", cfg.collector_niceness, "must be 0-19", "use 15 (the default) or 0")
         )
     # Precise BN is the only BatchNorm path: the running average (0) was removed.
-    positive("bn_calibration_states", "use 512 (replay states the BatchNorm statistics are estimated over)")
+    positive("bn_calibration_states", "use 1024 (replay states the BatchNorm statistics are estimated over)")
     for name in (
         "heartbeat_timeout_s",
         "checkpoint_interval_s",

@@ -97,7 +97,7 @@ def test_describe_lists_every_field_with_its_source():
         ({"frontier_start_share": 1.0}, "frontier_start_share", "[0, 1)"),
         ({"frontier_start_share": 0.5}, "frontier_start_share", "Catch"),  # the tiny preset's env
         ({"bn_calibration_states": 0}, "bn_calibration_states", ">= 1"),  # the running average went
-        ({"bn_calibration_states": -1}, "bn_calibration_states", "use 512"),
+        ({"bn_calibration_states": -1}, "bn_calibration_states", "use 1024"),
         (
             {"frontier_start_share": 0.5, "env_id": "SuperMarioBrosRandomStages-v0"},
             "frontier_start_share",
