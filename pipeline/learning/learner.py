@@ -255,7 +255,7 @@ class Learner:
         Returns True: it always does.
         """
         chunks = self._to_device(states).split(self.settings.calibration_chunk)
-        recalibrate([self.online] + ([self.acting.net] if self.acting is not None else []), chunks)
+        recalibrate(self._nets_with_statistics(), chunks)
         self.calibrated_at = self.updates
         return True
 
@@ -270,10 +270,9 @@ class Learner:
         can afford every hundred updates; restoring the live ones keeps what is trained
         (the Double-DQN argmax, the next target copy) the same whether or when one is saved.
         """
-        nets = [self.online] + ([self.acting.net] if self.acting is not None else [])
         calibrated_at = self.calibrated_at
         with contextlib.ExitStack() as live:
-            for net in nets:
+            for net in self._nets_with_statistics():
                 live.enter_context(preserved_statistics(net))
             try:
                 self.calibrate(states)
@@ -390,6 +389,9 @@ class Learner:
             quantiles=self.settings.quantiles,
             channels_last=True,
         )
+
+    def _nets_with_statistics(self) -> list[nn.Module]:  # what a calibration re-estimates
+        return [self.online] + ([self.acting.net] if self.acting is not None else [])
 
     def _batch_to_device(self, batch: BatchLike) -> tuple[torch.Tensor, ...]:
         return batch_to_device(batch, self.device)

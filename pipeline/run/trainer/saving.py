@@ -76,9 +76,12 @@ class SaveSchedule:
             res.checkpoints, payload, frames, score, self.write_failures, self.cfg.checkpoint_interval_s
         )
 
+    def mark_due(self, frames: int) -> bool:
+        return bool(self.cfg.mark_interval_frames) and frames >= self.next_mark
+
     async def keep_due_mark(self, res: RunResources, totals: Totals) -> Path | None:
         """The mark the frames passed, if one is due (None if none is)."""
-        if not self.cfg.mark_interval_frames or totals["frames"] < self.next_mark:
+        if not self.mark_due(totals["frames"]):
             return None
         with res.calibration.for_saving():
             payload = mark_payload(res.learner, totals, self.cfg, res.num_actions)

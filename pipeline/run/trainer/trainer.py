@@ -312,7 +312,9 @@ class Trainer:
 
     async def keep_due_mark(self) -> Path | None:
         """The mark the frames passed, unless the run failed (:class:`SaveSchedule`)."""
-        return None if self.fatal else await self.saves.keep_due_mark(self.resources, self._totals())
+        if self.fatal or not self.saves.mark_due(self.total("frames")):
+            return None  # twice a second: the collectors' counters are read only for a mark
+        return await self.saves.keep_due_mark(self.resources, self._totals())
 
     # -- run ------------------------------------------------------------------------------
     def request_stop(self, reason: str) -> None:
