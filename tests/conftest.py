@@ -2,7 +2,8 @@
 
 Every test module runs under :func:`_no_leaked_segments`: a segment of this project that
 appears in /dev/shm while a module runs and is still there when it ends fails the module.
-The test process itself runs torch on one thread (:func:`_one_torch_thread`).
+The test process itself runs torch on one thread (:func:`_one_torch_thread`), its global
+generator seeded before every test (:func:`_seeded_torch`).
 
 ``make test`` runs the suite on one pytest-xdist worker per core this process may use
 (:func:`pytest_xdist_auto_num_workers`). Each worker's segments get a prefix of their own
@@ -124,6 +125,19 @@ def _one_torch_thread() -> None:
     torch = sys.modules.get("torch")  # collection imported it if any test module uses it
     if torch is not None:
         torch.set_num_threads(1)
+
+
+@pytest.fixture(autouse=True)
+def _seeded_torch() -> None:
+    """Torch's global generator seeded before every test.
+
+    A network built without a seed of its own then starts from the same weights whatever
+    ran before it on the same pytest-xdist worker, so a test's outcome never depends on
+    how the suite was split between workers.
+    """
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        torch.manual_seed(0)
 
 
 @pytest.fixture(scope="module", autouse=True)

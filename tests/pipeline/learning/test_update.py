@@ -98,17 +98,21 @@ def test_zero_weight_samples_add_nothing_to_the_loss() -> None:
 
 
 def test_targets_take_the_target_nets_quantiles_at_the_online_nets_best_mean() -> None:
+    torch.manual_seed(0)
     online = QNetwork(NUM_ACTIONS, quantiles=QUANTILES).eval()
     target_net = copy.deepcopy(online)
     perturb(target_net, seed=1)
     batch = make_batch(size=6)
     with torch.no_grad():
-        got = quantile_targets(online, target_net, batch.next_obs, batch.ret, batch.discount)
         best = online(batch.next_obs).argmax(dim=1)
-        chosen = target_net.quantile_values(batch.next_obs)[torch.arange(6), best]
-        # Selecting by the target net's own means picks other actions on this batch: the
-        # check tells Double DQN's selection apart.
+        # The target net is made to prefer, everywhere, the action the online net picks
+        # least often, so selecting by the target net's own means would pick other
+        # actions: the check tells Double DQN's selection apart on any machine.
+        rival = int(torch.bincount(best, minlength=NUM_ACTIONS).argmin())
+        target_net.advantage.bias.view(NUM_ACTIONS, QUANTILES)[rival] += 100.0
         assert not torch.equal(target_net(batch.next_obs).argmax(dim=1), best)
+        got = quantile_targets(online, target_net, batch.next_obs, batch.ret, batch.discount)
+        chosen = target_net.quantile_values(batch.next_obs)[torch.arange(6), best]
     expected = batch.ret.unsqueeze(1) + batch.discount.unsqueeze(1) * chosen
     assert got.shape == (6, QUANTILES)
     torch.testing.assert_close(got, expected)
