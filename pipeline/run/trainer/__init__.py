@@ -19,7 +19,9 @@
   :mod:`~pipeline.run.trainer.steadiness_watch`: when the steadiness probe runs;
   :mod:`~pipeline.run.trainer.thread_handover`: the learner's intra-op threads, handed
   over between it and the collectors.
-- :mod:`~pipeline.run.trainer.snapshots`: the counters turned into the monitor's snapshot;
+- :mod:`~pipeline.run.trainer.publishing`: the weights handed to the collectors each epoch.
+- :mod:`~pipeline.run.trainer.snapshots`: the counters turned into the monitor's snapshot
+  (and the monitor task that shows them);
   :mod:`~pipeline.run.trainer.checkpoints`: checkpoints, the best one, resuming;
   :mod:`~pipeline.run.trainer.write_failures`: a write that fails while the run goes on.
 

@@ -1,9 +1,10 @@
 """What a training run reports about itself, read from the pipeline's live objects.
 
-Every monitor tick the trainer copies each slot's counters once (:func:`copy_slot_counters`)
-and builds the :class:`~pipeline.run.monitor.monitor.Snapshot` from the copies with the functions
-here: the cumulative counters, one row per collector process, and the gauges of
-learning and of the processes. The key names come from :mod:`pipeline.run.monitor.keys`.
+Every monitor tick (:func:`show_snapshots`, the learner's monitor task) the trainer asks
+:func:`take_snapshot` for the :class:`~pipeline.run.monitor.monitor.Snapshot`: each slot's
+counters copied once (:func:`copy_slot_counters`), then built from the copies with the
+functions here: the cumulative counters, one row per collector process, and the gauges
+of learning and of the processes. The key names come from :mod:`pipeline.run.monitor.keys`.
 At the end of the run, :func:`run_summary` is what goes into ``summary.json``.
 
 Key order matters: the monitor's CSV takes its columns from the first row, in order, so
@@ -12,15 +13,16 @@ each function adds its keys in a fixed order.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
-from pipeline.learning.learner import Learner
 from pipeline.run.collector.supervisor import Supervisor
 from pipeline.run.evaluator.evaluations import Evaluations
 from pipeline.run.monitor.keys import (
@@ -30,12 +32,92 @@ from pipeline.run.monitor.keys import (
     learner_phase_key,
     phase_ns_key,
 )
+from pipeline.run.monitor.monitor import Monitor, Snapshot
 from pipeline.run.monitor.procstats import process_stats
-from pipeline.run.trainer.consolidator import Consolidator
+from pipeline.run.trainer.resources import RunResources
+from pipeline.run.trainer.thread_handover import HandoverWatch
+from pipeline.run.trainer.write_failures import WriteFailures
 from pipeline.transport.episodes import EpisodeSummary
 from pipeline.transport.ring import COLLECTOR_PHASES, SlotCounters, TransitionRing
 
 NAN = float("nan")
+RECENT_EPISODES = 100  # the episodes the learning gauges average over
+
+
+async def show_snapshots(
+    stop: asyncio.Event,
+    interval_s: float,
+    take: Callable[[], Snapshot],
+    monitor: Monitor,
+    *,
+    handover: HandoverWatch | None,
+    on_snapshot: Callable[[Snapshot], None] | None,
+    write_failures: WriteFailures,
+    run_root: Path,
+) -> None:
+    """The monitor task: every ``interval_s`` (and once at the stop) a snapshot from
+    ``take``, shown by the monitor, read by the learner's thread handover and by ``on_snapshot``
+    while the run is going. A row the disk refuses (metrics.csv, TensorBoard) is reported
+    once and shown anyway."""
+    while not stop.is_set():
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), timeout=interval_s)
+        snapshot = take()
+        if handover is not None:
+            handover.observe(snapshot.time, snapshot.counters)
+        running = not stop.is_set()
+        if running and on_snapshot is not None:
+            on_snapshot(snapshot)
+        try:
+            monitor.update(snapshot, status="running" if running else "stopping")
+        except OSError as exc:
+            write_failures.metrics_failed(run_root, exc)
+        else:
+            write_failures.succeeded("metrics", str(monitor.csv_path))
+
+
+def take_snapshot(
+    res: RunResources,
+    *,
+    time_s: float,
+    totals: Mapping[CounterKey, int],
+    learner_ns: Mapping[LearnerPhase, int],
+    epsilon: float,
+    ring_capacity: int,
+    evaluations: Evaluations,
+    startup: Mapping[str, float],
+) -> Snapshot:
+    """One monitor snapshot of the run (``totals`` with a resumed run's counts): the
+    learner's metrics since the last one are popped, the evaluator's results read as
+    they stand."""
+    slots = copy_slot_counters(res.ring)
+    slots_of = [res.slots_of(i) for i in range(res.num_collectors)]
+    collectors = collector_rows(slots, slots_of, res.supervisor, res.weights.version)
+    episodes = list(res.consolidator.episodes)[-RECENT_EPISODES:]
+    gauges = {
+        "replay_size": float(len(res.replay)),
+        "epsilon": epsilon,
+        "weights_version": float(res.weights.version),
+        "ring_fill_pct": ring_fill_pct(slots, ring_capacity),
+        "restarts": float(res.supervisor.restarts),
+        "env_errors": float(sum(c.env_errors for c in slots)),
+        "collectors_alive": float(res.supervisor.alive()),
+        "bad_episode_records": float(res.consolidator.bad_episode_records),
+        "poll_gap_ms": 1000.0 * res.consolidator.reset_gap(),
+        **learning_gauges(res.learner.pop_metrics(), episodes),
+        **evaluations.gauges(),
+        **res.steadiness.gauges(),
+        **process_gauges(collectors, res.device),
+    }
+    if res.collection is not None:
+        gauges.update(res.collection.gauges())
+    return Snapshot(
+        time=time_s,
+        counters=snapshot_counters(totals, slots, learner_ns),
+        gauges=gauges,
+        collectors=collectors,
+        startup=dict(startup),
+    )
 
 
 def copy_slot_counters(ring: TransitionRing) -> list[SlotCounters]:
@@ -137,30 +219,27 @@ def process_gauges(collectors: Sequence[Mapping[str, float]], device: torch.devi
 
 
 def run_summary(
+    res: RunResources,
     *,
     elapsed_s: float,
     stop_reason: str,
     startup: Mapping[str, float],
     totals: Mapping[CounterKey, int],
     this_process: Mapping[CounterKey, int],
-    supervisor: Supervisor,
-    ring: TransitionRing | None,
-    consolidator: Consolidator | None,
-    replay_inserted: int,
-    learner: Learner,
     learner_ns: Mapping[LearnerPhase, int],
     final_checkpoint: Path | None,
     evaluations: Evaluations,
 ) -> dict[str, Any]:
     """summary.json: what the learner process did (``totals`` include a resumed run's,
     ``this_process`` does not), for benchmarks and scripts."""
-    return {
+    ring, consolidator, learner = res.ring, res.consolidator, res.learner
+    summary = {
         "elapsed_s": elapsed_s,
         "stop_reason": stop_reason,
         "startup_s": startup,
         "counters": dict(totals),
         "this_process": dict(this_process),
-        "restarts": supervisor.restarts,
+        "restarts": res.supervisor.restarts,
         # Exactly-once accounting: after the final drain, every committed record of every
         # slot was consumed once and inserted into replay once.
         "slots": [
@@ -175,7 +254,7 @@ def run_summary(
         ]
         if ring is not None
         else [],
-        "replay_inserted": replay_inserted,
+        "replay_inserted": res.replay.inserted,
         "bad_episode_records": consolidator.bad_episode_records if consolidator else 0,
         "learner_phase_s": {k: v / 1e9 for k, v in learner_ns.items()},
         "compiled": bool(getattr(learner, "compiled", False)),
@@ -184,3 +263,6 @@ def run_summary(
         "evaluations": evaluations.count,
         "last_evaluation": evaluations.last,
     }
+    if res.collection is not None:
+        summary["cluster"] = res.collection.summary()
+    return summary

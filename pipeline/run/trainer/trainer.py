@@ -13,13 +13,9 @@ Beside the collectors, an evaluator process (:mod:`pipeline.run.evaluator`, when
 ``eval_interval_frames`` emulator frames; the monitor tick collects its results without blocking and shows
 them as the ``eval_*`` gauges (table, CSV, TensorBoard).
 
-Startup order matters (:func:`~pipeline.run.trainer.startup.open_run`): the network is
-compiled and warmed up *before* collectors start (so compilation does not compete with
-them for the CPU, and its time is reported on its own); then the initial weights are
-published, the collectors start, and the monitor's clock starts. A Ctrl-C or SIGTERM at
-any moment of the startup (the compile included) stops the run
-(:class:`~pipeline.run.trainer.interrupts.StartupInterrupts`). What the run holds meanwhile is one
-:class:`~pipeline.run.trainer.resources.RunResources`.
+The startup (:func:`~pipeline.run.trainer.startup.open_run`) compiles and warms up the
+network before the collectors start; a Ctrl-C or SIGTERM at any moment of it stops the
+run (:class:`~pipeline.run.trainer.interrupts.StartupInterrupts`).
 
 Shutdown (total frames reached, Ctrl-C, SIGTERM): collectors are asked to stop through
 the weights block, a final checkpoint, the replay and ``summary.json`` are written
@@ -32,10 +28,7 @@ reported once and the run goes on with its last good checkpoint: supervision and
 stop conditions never depend on a write (:mod:`~pipeline.run.trainer.write_failures`). A task
 that fails for any other reason stops the run with one clear error, never silently.
 
-Beside it: :mod:`~pipeline.run.trainer.pieces` (run directory, resume, learner, replay),
-:mod:`~pipeline.run.pacing` (replay ratio, epsilon), :mod:`~pipeline.run.trainer.calibration`
-(precise-BN states), :mod:`~pipeline.run.trainer.snapshots` (monitor snapshot, summary.json),
-:mod:`~pipeline.run.evaluator.evaluations` and :mod:`~pipeline.run.trainer.checkpoints`.
+The modules beside it, by role: the package docstring (:mod:`pipeline.run.trainer`).
 """
 
 from __future__ import annotations
@@ -53,7 +46,6 @@ from typing import Any
 import numpy as np
 
 from config import Config
-from pipeline.learning.flat_state import flatten_state
 from pipeline.run.evaluator.evaluations import Evaluations
 from pipeline.run.monitor.keys import COUNTER_KEYS, LEARNER_PHASES, CounterKey, LearnerPhase
 from pipeline.run.monitor.monitor import Snapshot
@@ -62,6 +54,7 @@ from pipeline.run.trainer import snapshots
 from pipeline.run.trainer.collection import CollectionBackend
 from pipeline.run.trainer.interrupts import StartupInterrupts
 from pipeline.run.trainer.pieces import TrainingError, run_event_loop, save_replay
+from pipeline.run.trainer.publishing import publish_weights
 from pipeline.run.trainer.resources import RunResources
 from pipeline.run.trainer.saving import SaveSchedule
 from pipeline.run.trainer.shutdown import drain, final_monitor_row, finish_evaluations, save_final, write_summary
@@ -134,20 +127,16 @@ class Trainer:
         self.counters["records"] += len(records)
 
     def _publish(self) -> None:
-        res = self.resources
         t = time.perf_counter_ns()
-        if res.replay.can_sample(self.cfg.batch_size):
-            res.calibration.calibrate()  # the statistics the acting copies will use
-            t_probe = time.perf_counter_ns()
-            res.steadiness.at_publish(self.total("updates"))
-            probe_ns = time.perf_counter_ns() - t_probe
-            self.learner_ns["probe"] += probe_ns
-            t += probe_ns  # the publish phase counts the rest (the calibration included)
-        flat, step, epsilon = flatten_state(res.learner.publishable_state()), self.total("updates"), self.epsilon()
-        version = res.weights.publish(flat, learner_step=step, epsilon=epsilon, frames=int(self.total("frames")))
-        if res.collection is not None:
-            res.collection.publish(flat, version=version, epsilon=epsilon, learner_step=step)
-        self.learner_ns["publish"] += time.perf_counter_ns() - t
+        probe_ns = publish_weights(
+            self.resources,
+            step=self.total("updates"),
+            epsilon=self.epsilon(),
+            frames=self.total("frames"),
+            batch_size=self.cfg.batch_size,
+        )
+        self.learner_ns["probe"] += probe_ns  # the publish phase counts the rest, calibration included
+        self.learner_ns["publish"] += time.perf_counter_ns() - t - probe_ns
 
     def epsilon(self) -> float:
         return epsilon_at(self.cfg, self.total("frames"))
@@ -209,7 +198,9 @@ class Trainer:
             res.weights.epsilon = self.epsilon()
             await self.keep_due_mark()  # before the stop check: the last mark counts
             if cfg.total_frames and self.total("frames") >= cfg.total_frames:
-                self._ask_final_evaluation()  # before the stop flag, which the evaluator would obey
+                if self.evaluations.evaluator is not None:  # the last weights evaluated, asked
+                    self._publish()  # before the stop flag, which the evaluator would obey
+                    self.final_evaluation = self.evaluations.request_final()
                 self.request_stop(f"reached {cfg.total_frames} frames")
                 break
             if self.time_limit_s is not None and time.monotonic() - self._t0 >= self.time_limit_s:
@@ -232,38 +223,18 @@ class Trainer:
         res = self.resources
         # A CPU learner training beside local collectors takes threads while they stall.
         local_cpu = self.train_enabled and res.device.type == "cpu" and res.collection is None
-        handover = HandoverWatch.for_run(self.cfg, res.num_collectors) if local_cpu else None
-        while not self.stop_event.is_set():
-            try:
-                await asyncio.wait_for(self.stop_event.wait(), timeout=self.cfg.monitor_interval_s)
-            except TimeoutError:
-                pass
-            snapshot = self.snapshot()
-            if handover is not None:
-                handover.observe(snapshot.time, snapshot.counters)
-            running = not self.stop_event.is_set()
-            if running and self.on_snapshot is not None:
-                self.on_snapshot(snapshot, self)
-            try:
-                res.monitor.update(snapshot, status="running" if running else "stopping")
-            except OSError as exc:  # metrics.csv or TensorBoard on a full disk: shown, not written
-                self.write_failures.metrics_failed(res.paths.root, exc)
-            else:
-                self.write_failures.succeeded("metrics", str(res.monitor.csv_path))
+        await snapshots.show_snapshots(
+            self.stop_event,
+            self.cfg.monitor_interval_s,
+            self.snapshot,
+            res.monitor,
+            handover=HandoverWatch.for_run(self.cfg, res.num_collectors) if local_cpu else None,
+            on_snapshot=None if self.on_snapshot is None else lambda snapshot: self.on_snapshot(snapshot, self),
+            write_failures=self.write_failures,
+            run_root=res.paths.root,
+        )
 
     # -- evaluator ------------------------------------------------------------------------
-    def _start_evaluator(self) -> None:
-        cfg, res = self.cfg, self.resources
-        if not self.train_enabled or cfg.eval_interval_frames <= 0:
-            return
-        self.evaluations.start(cfg, res.paths.root, res.weights_segment.name, res.monitor, self.total("frames"))
-
-    def _ask_final_evaluation(self) -> None:
-        """A run that reached its frames ends with an evaluation of its last weights."""
-        if self.evaluations.evaluator is not None:
-            self._publish()
-            self.final_evaluation = self.evaluations.request_final()
-
     def _poll_evaluations(self, *, stopping: bool) -> None:
         res = self.resources
         log_path = res.paths.logs / "evaluator.log"
@@ -271,37 +242,17 @@ class Trainer:
 
     # -- monitor snapshot -----------------------------------------------------------------
     def snapshot(self) -> Snapshot:
-        res = self.resources
         self._collector_totals()
-        slots = snapshots.copy_slot_counters(res.ring)
-        slots_of = [res.slots_of(i) for i in range(res.num_collectors)]
-        collectors = snapshots.collector_rows(slots, slots_of, res.supervisor, res.weights.version)
-        episodes = list(res.consolidator.episodes)[-100:]
-        gauges = {
-            "replay_size": float(len(res.replay)),
-            "epsilon": self.epsilon(),
-            "weights_version": float(res.weights.version),
-            "ring_fill_pct": snapshots.ring_fill_pct(slots, self.cfg.ring_capacity),
-            "restarts": float(res.supervisor.restarts),
-            "env_errors": float(sum(c.env_errors for c in slots)),
-            "collectors_alive": float(res.supervisor.alive()),
-            "bad_episode_records": float(res.consolidator.bad_episode_records),
-            "poll_gap_ms": 1000.0 * res.consolidator.reset_gap(),
-            **snapshots.learning_gauges(res.learner.pop_metrics(), episodes),
-        }
         self._poll_evaluations(stopping=self.stop_event is not None and self.stop_event.is_set())
-        gauges.update(self.evaluations.gauges())
-        gauges.update(res.steadiness.gauges())
-        gauges.update(snapshots.process_gauges(collectors, res.device))
-        if res.collection is not None:
-            gauges.update(res.collection.gauges())
-        totals = {key: self.total(key) for key in COUNTER_KEYS}
-        return Snapshot(
-            time=time.monotonic() - self._t0,
-            counters=snapshots.snapshot_counters(totals, slots, self.learner_ns),
-            gauges=gauges,
-            collectors=collectors,
-            startup=dict(self.startup),
+        return snapshots.take_snapshot(
+            self.resources,
+            time_s=time.monotonic() - self._t0,
+            totals={key: self.total(key) for key in COUNTER_KEYS},
+            learner_ns=self.learner_ns,
+            epsilon=self.epsilon(),
+            ring_capacity=self.cfg.ring_capacity,
+            evaluations=self.evaluations,
+            startup=self.startup,
         )
 
     # -- saves ----------------------------------------------------------------------------
@@ -343,7 +294,9 @@ class Trainer:
         self._publish()
         res.supervisor.start_all()
         res.monitor.announce(f"startup: {res.num_collectors} collector process(es) starting on {self.cfg.env_id}")
-        self._start_evaluator()
+        if self.train_enabled and self.cfg.eval_interval_frames > 0:
+            frames = self.total("frames")
+            self.evaluations.start(self.cfg, res.paths.root, res.weights_segment.name, res.monitor, frames)
         tasks = [
             asyncio.create_task(self._consolidate(), name="consolidator"),
             asyncio.create_task(self._watch(), name="supervisor"),
@@ -401,25 +354,17 @@ class Trainer:
 
     def _summary(self) -> dict[str, Any]:
         """summary.json: what this process did, for benchmarks and scripts."""
-        res = self.resources
-        summary = snapshots.run_summary(
+        return snapshots.run_summary(
+            self.resources,
             elapsed_s=time.monotonic() - self._t0,
             stop_reason=self.stop_reason,
             startup=self.startup,
             totals={k: self.total(k) for k in COUNTER_KEYS},
             this_process=self.counters,
-            supervisor=res.supervisor,
-            ring=res.ring,
-            consolidator=res.consolidator,
-            replay_inserted=res.replay.inserted,
-            learner=res.learner,
             learner_ns=self.learner_ns,
             final_checkpoint=self.final_checkpoint,
             evaluations=self.evaluations,
         )
-        if res.collection is not None:
-            summary["cluster"] = res.collection.summary()
-        return summary
 
     def run(self) -> int:
         """Run until done or stopped; always stop collectors, checkpoint and unlink."""
@@ -438,7 +383,9 @@ class Trainer:
                     write_failures=self.write_failures,
                     insert=self._insert,
                 )
-                self._started()
+                if self._resources.warmup_s is not None:
+                    self.startup["compile+warm-up"] = self._resources.warmup_s
+                self.saves.start(self._resources.resumed["frames"])
                 run_event_loop(self._main())
         finally:
             with releases:  # monitor, shared memory, lock: whatever the shutdown did
@@ -449,9 +396,3 @@ class Trainer:
         if errors:
             raise TrainingError("; ".join(errors))
         return 0
-
-    def _started(self) -> None:
-        res = self.resources
-        if res.warmup_s is not None:
-            self.startup["compile+warm-up"] = res.warmup_s
-        self.saves.start(res.resumed["frames"])
