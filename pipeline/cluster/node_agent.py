@@ -44,7 +44,7 @@ import numpy as np
 from pipeline.cluster import reaper
 from pipeline.cluster.batches import PullResult, take_records
 from pipeline.run.collector.args import CollectorArgs
-from pipeline.run.collector.process import collector_main
+from pipeline.run.collector.collector_main import collector_main
 from pipeline.run.collector.supervisor import Supervisor
 from pipeline.run.monitor.procstats import process_stats
 from pipeline.transport import ring as R

@@ -12,7 +12,7 @@ levels below the learner: they take every cycle the learner leaves and give the 
 wants it, which is what lets the learner take more threads when the collectors stall
 (:mod:`pipeline.run.trainer.thread_handover`).
 
-The evaluator keeps its nice 10 (:mod:`pipeline.run.evaluator.process`), above the
+The evaluator keeps its nice 10 (:mod:`pipeline.run.evaluator.evaluator_main`), above the
 collectors: its work per evaluation interval is fixed, so its priority only decides when
 it runs, and above the collectors an evaluation ends soon after its mark.
 """

@@ -190,7 +190,7 @@ def test_check_saved_names_its_source() -> None:
 def test_the_fixed_values_are_the_ones_the_code_uses() -> None:
     from pipeline.learning import update
     from pipeline.run import pacing
-    from pipeline.run.collector import process as collector
+    from pipeline.run.collector import collector_main as collector
     from pipeline.run.trainer import checkpoints, shutdown, steadiness_watch
 
     assert REMOVED["adam_eps"] == update.ADAM_EPS

@@ -1,7 +1,7 @@
 """The collectors: what runs in a collector process, and the supervisor that starts them.
 
-- :mod:`~pipeline.run.collector.process`: the collector process itself (its entry point,
-  :func:`~pipeline.run.collector.process.collector_main`): its emulators, a CPU copy of
+- :mod:`~pipeline.run.collector.collector_main`: the collector process itself (its entry point,
+  :func:`~pipeline.run.collector.collector_main.collector_main`): its emulators, a CPU copy of
   the Q-network acting epsilon-greedy, every step written into its ring slots.
 - :mod:`~pipeline.run.collector.env_stream`: one environment of a collector, the ring
   slot it writes to, and its episode's state.

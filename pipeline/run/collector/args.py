@@ -1,5 +1,5 @@
 """What a collector process is started with: :class:`CollectorArgs`, plain values the
-learner (or a Ray node agent) builds and the child reads (:mod:`~pipeline.run.collector.process`).
+learner (or a Ray node agent) builds and the child reads (:mod:`~pipeline.run.collector.collector_main`).
 """
 
 from __future__ import annotations

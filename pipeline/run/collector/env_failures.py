@@ -1,7 +1,7 @@
 """What a collector does when one of its environments raises: it logs the error (with its
 traceback the first time that error is seen, one line for each repeat, so a flapping
 env cannot flood the log) and, when failures keep coming, backs off before the env is
-rebuilt. The collector (:mod:`~pipeline.run.collector.process`) rebuilds the env and
+rebuilt. The collector (:mod:`~pipeline.run.collector.collector_main`) rebuilds the env and
 cuts the failed episode (the replay memory never bootstraps across a cut).
 
 :class:`InjectedFaults` raises such failures on purpose, for the reliability tests

@@ -1,6 +1,6 @@
 """One environment of a collector, the ring slot it writes to, and its episode's state.
 
-A collector steps several of these in lockstep (:mod:`~pipeline.run.collector.process`); each owns
+A collector steps several of these in lockstep (:mod:`~pipeline.run.collector.collector_main`); each owns
 one ring slot, so each is a single producer writing whole episodes in order. The totals
 carry on from the slot's counters, so a restarted collector continues them.
 """

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field, replace
 
 from pipeline.common.child import process_context
 from pipeline.run.collector.args import CollectorArgs
-from pipeline.run.collector.process import collector_main
+from pipeline.run.collector.collector_main import collector_main
 from pipeline.transport import ring as R
 
 logger = logging.getLogger("mario.supervisor")

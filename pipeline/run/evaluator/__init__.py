@@ -4,7 +4,7 @@ and the protocol's figures that ``eval`` and the learning benchmark print.
 - :mod:`~pipeline.run.evaluator.evaluator`: :class:`Evaluator`, the learner's handle on
   the evaluator process (start, poll results without blocking, final evaluation, stop);
   its module docstring describes the whole protocol.
-- :mod:`~pipeline.run.evaluator.process`: the process itself (its entry point), which plays
+- :mod:`~pipeline.run.evaluator.evaluator_main`: the process itself (its entry point), which plays
   the protocol on each new version of the weights block.
 - :mod:`~pipeline.run.evaluator.protocol`: the evaluation protocol that it, ``eval`` and
   the learning benchmark share (episodes at an epsilon, each from a seed of its own; mean

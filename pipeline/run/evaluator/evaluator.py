@@ -72,8 +72,8 @@ from typing import Any
 
 from config import Config
 from pipeline.common.child import process_context
+from pipeline.run.evaluator.evaluator_main import EvaluatorArgs, evaluator_main
 from pipeline.run.evaluator.hold import TrainingHold, hold_frames
-from pipeline.run.evaluator.process import EvaluatorArgs, evaluator_main
 from pipeline.run.evaluator.progress import new_progress, read_progress
 
 

@@ -10,7 +10,7 @@ happens to reach (two in a 40k-frame run on one busy core); with one, it evaluat
 every multiple however slow the machine, and the run waits for it instead.
 
 Where the hold goes is :func:`hold_frames`, for both of its writers: the process sets
-the hold as it goes (:mod:`~pipeline.run.evaluator.process`); the learner sets the first
+the hold as it goes (:mod:`~pipeline.run.evaluator.evaluator_main`); the learner sets the first
 one before the process starts (so its start-up, importing torch at nice 10, counts as
 overdue too) and lifts it when the process stops or dies, so a dead evaluator never
 stalls a run: :class:`TrainingHold`.
