@@ -43,19 +43,21 @@ TOTAL_FRAMES: int | None = None  # stop after this many emulator frames (0 = run
 BACKEND: str | None = None  # "local" (collectors on this machine) or "ray" (collectors on a Ray cluster)
 # ---------------------------------------------------------------------------------------
 
-KNOBS: dict[str, str] = {
-    "NUM_PROCESSES": "num_processes",
-    "BATCH_SIZE": "batch_size",
-    "ENV_ID": "env_id",
-    "TOTAL_FRAMES": "total_frames",
-    "BACKEND": "backend",
-}
-
-
 # The mark of a field a resumed run may change without changing what it learns (where
 # and how long it runs, what it reports, on which device and threads): every other field
 # that differs from the checkpoint's is named at the resume (RUN_ONLY_FIELDS).
 RUN_ONLY: dict[str, Any] = {"run_only": True}
+# The mark of a field with a knob of its own above (its name in capitals): KNOBS.
+KNOB: dict[str, Any] = {"knob": True}
+# The mark of a field that shapes the network: a checkpoint resumes only into the same
+# shape (NETWORK_FIELDS).
+SHAPES_NETWORK: dict[str, Any] = {"shapes_network": True}
+
+
+def saved_before(value: Any) -> dict[str, Any]:
+    """The mark of a field added after runs were saved: ``value`` is what those runs
+    trained with, whatever the default is today (SAVED_BEFORE)."""
+    return {"saved_before": value}
 
 
 @dataclass
@@ -63,7 +65,7 @@ class Config:
     """Every setting of a training run. Each field's docstring says what it controls."""
 
     # --- environment -------------------------------------------------------------------
-    env_id: str = "SuperMarioBros-1-1-v0"
+    env_id: str = field(default="SuperMarioBros-1-1-v0", metadata=KNOB)
     """Environment id: SuperMarioBros-<world>-<stage>-v<0..3>, SuperMarioBros-v0..3 (full
     game), SuperMarioBrosRandomStages-v0..3, or Catch-v0 (synthetic, for tests)."""
     stages: str = ""
@@ -82,7 +84,7 @@ class Config:
     """Multiplier applied to the game's reward before it is stored."""
     no_progress_steps: int = 200
     """Truncate an episode after this many agent steps without new x progress (0 = off)."""
-    sticky_actions: float = 0.0
+    sticky_actions: float = field(default=0.0, metadata=saved_before(0.0))
     """Mario: the probability that an emulator frame keeps the previous frame's buttons
     instead of the agent's (Machado et al. 2018; the ALE v5 default is 0.25), in [0, 1);
     0 = off. Training with it makes every start a little different (envs.wrappers.StickyActions);
@@ -91,7 +93,7 @@ class Config:
     """Truncate an episode after this many agent steps (0 = off)."""
 
     # --- collectors --------------------------------------------------------------------
-    num_processes: int = 2
+    num_processes: int = field(default=2, metadata=KNOB)
     """Collector processes; each steps ``envs_per_collector`` emulators, each env writing
     to its own ring slot (so the ring has num_processes x envs_per_collector slots)."""
     envs_per_collector: int = 4
@@ -107,13 +109,13 @@ class Config:
     """Transitions kept in the replay memory (one 84x84 frame each)."""
     replay_device: str = "cpu"
     """Where the replay memory lives: cpu, cuda, or auto (the learner's device)."""
-    batch_size: int = 32
+    batch_size: int = field(default=32, metadata=KNOB)
     """Learner mini-batch size (samples per update)."""
     learning_starts: int = 10_000
     """Transitions in replay before the first update."""
     replay_ratio: float = 8.0
     """Samples drawn per inserted transition; the learner waits when it is ahead."""
-    frame_stack: int = 4
+    frame_stack: int = field(default=4, metadata=SHAPES_NETWORK)
     """Frames stacked into one observation (rebuilt from replay at sampling time)."""
     n_step: int = 3
     """Steps of the n-step return."""
@@ -123,13 +125,13 @@ class Config:
     """Adam learning rate."""
     target_sync_updates: int = 2000
     """Updates between target network syncs (full state_dict, BatchNorm buffers included)."""
-    quantiles: int = 32
+    quantiles: int = field(default=32, metadata=saved_before(0))
     """QR-DQN (Dabney et al. 2018): the network learns this many quantiles of the return per
     action and the quantile Huber loss trains them; the Q-value that acts is their mean
     (0 = Q-values and the Huber loss; else >= 2). 32 finished 1-1 in 0.50 of the 2M marks'
     episodes on seeds 0 and 1, against the Q-value learner's 0.40 and 0.30, and was ahead
     at 1M on both (docs/learning.md, "What it reaches")."""
-    bn_calibration_states: int = 1024
+    bn_calibration_states: int = field(default=1024, metadata=saved_before(0))
     """Precise BN (Wu & Johnson 2021): before every publish and every target copy the
     online network's BatchNorm statistics are re-estimated with its current weights over
     this many uniform replay states (>= 1), and left alone by the training forwards in
@@ -141,7 +143,7 @@ class Config:
     collectors, the target and the evaluator to the network's own behaviour. 512 halves a
     publish and held the steadiness figures, but read lower at 1M on both seeds screened
     (docs/learning.md, "At the machine's floor"), so 1,024 stays."""
-    acting_tau: float = 0.005
+    acting_tau: float = field(default=0.005, metadata=saved_before(0.0))
     """The collectors, the evaluator, marks and play act with a moving average of the online
     weights, acting += tau * (online - acting) after every update, its BatchNorm statistics
     calibrated for its own weights at every publish (BBF acts with such an average at
@@ -153,7 +155,7 @@ class Config:
     """Exploration epsilon after the decay."""
     epsilon_decay_frames: int = 1_000_000
     """Emulator frames over which epsilon falls linearly from 1 (pipeline.run.pacing) to epsilon_end."""
-    frontier_start_share: float = 0.0
+    frontier_start_share: float = field(default=0.0, metadata=saved_before(0.0))
     """Share of training episodes that start at a point of the collector's furthest
     trajectory so far instead of the level's start (Go-Explore's return-then-explore; the
     collector replays the recorded actions to get there: replayed_frames counts the cost).
@@ -184,7 +186,7 @@ class Config:
     gained nothing; at 15 it ran as on a quiet machine (pipeline/common/priority.py)."""
 
     # --- run control -------------------------------------------------------------------
-    total_frames: int = field(default=0, metadata=RUN_ONLY)
+    total_frames: int = field(default=0, metadata={**RUN_ONLY, **KNOB})
     """Stop after this many emulator frames (0 = run until Ctrl-C)."""
     seed: int = 0
     """Base random seed (env stream i uses seed + 1000 * i: pipeline/common/seeds.py)."""
@@ -213,7 +215,7 @@ class Config:
     """Monitor display: auto (live table on a terminal, log lines otherwise), table, log, off."""
 
     # --- cluster -------------------------------------------------------------------------
-    backend: str = "local"
+    backend: str = field(default="local", metadata=KNOB)
     """Where the collectors run: local (processes on this machine, nothing to install) or ray
     (a node agent on every node of a Ray cluster that offers the collector_node resource
     starts num_processes collectors there; needs pip install -e ".[ray]")."""
@@ -278,12 +280,11 @@ RUN_ONLY_FIELDS: frozenset[str] = frozenset(f.name for f in fields(Config) if f.
 # so, whatever today's defaults are. Options removed since, and the value each now has,
 # are configuration.removed's: a saved config is read through both (``Config.from_dict``).
 SAVED_BEFORE: dict[str, Any] = {
-    "frontier_start_share": 0.0,
-    "bn_calibration_states": 0,
-    "acting_tau": 0.0,
-    "quantiles": 0,
-    "sticky_actions": 0.0,
+    f.name: f.metadata["saved_before"] for f in fields(Config) if "saved_before" in f.metadata
 }
+# The knobs at the top of this file, by the field each sets: NUM_PROCESSES -> num_processes.
+KNOBS: dict[str, str] = {f.name.upper(): f.name for f in fields(Config) if f.metadata.get("knob")}
+NETWORK_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(Config) if f.metadata.get("shapes_network"))
 FIELD_TYPES: dict[str, str] = {f.name: str(f.type) for f in fields(Config)}
 
 # How every Mario preset learns: the setting the learning benchmark measured

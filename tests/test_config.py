@@ -39,6 +39,15 @@ def test_module_knobs_are_read(monkeypatch):
     assert resolved.config.num_processes == 5 and resolved.preset == "cpu"
 
 
+def test_every_knob_at_the_top_of_config_sets_the_field_of_its_name():
+    """The knobs are the module's capitalised settings left at None; each field that has
+    one is marked, and KNOBS is read from those marks: a knob added without its mark (or a
+    mark without its knob) fails here."""
+    knobs = {name for name, value in vars(config).items() if name.isupper() and value is None}
+    assert knobs == set(config.KNOBS) == {"NUM_PROCESSES", "BATCH_SIZE", "ENV_ID", "TOTAL_FRAMES", "BACKEND"}
+    assert all(field == knob.lower() for knob, field in config.KNOBS.items())
+
+
 @pytest.mark.parametrize("name", ["cpu", "laptop", "desktop", "server", "tiny"])
 def test_every_preset_is_valid_and_resolves_to_its_own_values(name):
     resolved = resolve_config({}, preset=name, knobs={})

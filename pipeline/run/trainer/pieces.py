@@ -32,7 +32,7 @@ import numpy as np
 import torch
 
 import envs
-from config import RUN_ONLY_FIELDS, SAVED_BEFORE, Config
+from config import NETWORK_FIELDS, RUN_ONLY_FIELDS, SAVED_BEFORE, Config
 from configuration.resolution import resolve_config
 from pipeline.common.cores import learner_thread_range
 from pipeline.common.errors import UserError
@@ -130,10 +130,6 @@ def load_resume_checkpoint(cfg: Config) -> tuple[Path, Path, dict[str, Any]]:
         raise CheckpointError(f"cannot resume from {path}: {mismatch}, or start a fresh run")
     check_compatible(network_of(cfg, num_actions), state["learner"]["online"], path)
     return path, root, state
-
-
-# The settings that shape the network: a checkpoint resumes only into the same shape.
-NETWORK_FIELDS = ("frame_stack",)
 
 
 def network_mismatch(state: dict[str, Any], cfg: Config, num_actions: int) -> str:
