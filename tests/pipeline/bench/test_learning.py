@@ -1,15 +1,13 @@
 """The learning benchmark: curve arithmetic, the spread between seeds and the noise
 statement, the evaluation protocol applied to real marks in real processes (reproducible,
-cached by protocol), a report written to an --out folder outside the work tree, the
-bench's help, and a real (tiny) run trained, continued and evaluated through
-``python main.py bench --only learning``."""
+cached by protocol), a report written to an --out folder outside the work tree, and the
+bench's help. A real (tiny) run trained, continued and evaluated through ``python main.py
+bench --only learning`` is test_learning_runs.py's; one stopped, test_learning_stop.py's."""
 
 from __future__ import annotations
 
 import json
 import os
-import re
-import signal
 import subprocess
 import sys
 from dataclasses import asdict
@@ -53,15 +51,12 @@ from pipeline.bench.learning_figures import (
     over_seeds,
     run_figures,
 )
-from pipeline.bench.learning_runs import EXIT_INTERRUPTED, run_frames
+from pipeline.bench.learning_runs import EXIT_INTERRUPTED
 from pipeline.bench.options import PART_HELP, PARTS
 from pipeline.common.errors import UserError
 from pipeline.learning.checkpoint import save_checkpoint
 from pipeline.learning.policy import network_of
 from pipeline.run.evaluator.protocol import EvaluationProtocol
-from pipeline.transport.segments import project_segments, run_tag
-from tests.conftest import wait_until
-from tests.pipeline.run.trainer.test_trainer import training_started
 
 ROOT = Path(__file__).resolve().parents[3]
 CATCH = Config(env_id="Catch-v0")
@@ -356,100 +351,3 @@ def test_the_figure_draws_the_variant_and_only_the_ones_compared_with() -> None:
     assert list(drawn_variants(result, others, None)) == ["new", "default", "old", "older"]
     assert list(drawn_variants(result, others, ["older", "default"])) == ["new", "older", "default"]
     assert drawn_variants(result, others, ["default"])["new"] is result
-
-
-def bench(out: Path, frames: int) -> subprocess.CompletedProcess[str]:
-    command = [sys.executable, "main.py", "bench", "--only", "learning", "--name", "tiny", "--out", str(out)]
-    command += ["--frames", str(frames), "--mark-frames", "500", "--", "--preset", "tiny"]
-    return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=1800)
-
-
-@pytest.mark.slow
-def test_trains_evaluates_marks_and_continues_a_shorter_run(tmp_path: Path) -> None:
-    first = bench(tmp_path, 1000)
-    assert first.returncode == 0, first.stderr[-3000:]
-    result = json.loads((tmp_path / "tiny.json").read_text())
-    (seed,) = result["seeds"]
-    assert [r["frames"] for r in seed["curve"]] == [500, 1000]
-    assert all(r["frames"] <= r["run_frames"] < r["frames"] + 500 for r in seed["curve"])
-    assert seed["wall_s"] > 0 and 0.5 < seed["replay_ratio_held"] <= 1.5
-    assert (tmp_path / "learning.png").stat().st_size > 10_000
-    cache = json.loads((tmp_path / "tiny-s0" / EVAL_CACHE).read_text())
-    (evaluated,) = cache.values()
-    assert sorted(evaluated) == ["frames-000000500.pt", "frames-000001000.pt"]
-
-    # The same command with more frames resumes the run; the old marks are not evaluated again.
-    evaluated["frames-000000500.pt"]["mean_return"] = 123.0  # a cached value survives if unread
-    (tmp_path / "tiny-s0" / EVAL_CACHE).write_text(json.dumps(cache))
-    second = bench(tmp_path, 2000)
-    assert second.returncode == 0, second.stderr[-3000:]
-    assert "--resume" in second.stderr
-    (seed,) = json.loads((tmp_path / "tiny.json").read_text())["seeds"]
-    assert [r["frames"] for r in seed["curve"]] == [500, 1000, 1500, 2000]
-    assert seed["curve"][0]["mean_return"] == 123.0
-
-
-def ignore_sigint() -> None:
-    """As a shell starts a background job (``command &``): SIGINT ignored."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-
-
-def default_sigint() -> None:
-    """As a terminal starts a command: SIGINT at its default, so Python handles it, even
-    where the suite itself runs as a background job (whose children inherit it ignored)."""
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-
-
-def start_bench(argv: list[str], *, sigint: str = "default") -> subprocess.Popen[str]:
-    """``main.py bench --only learning ARGV`` in a session (process group) of its own, with
-    SIGINT at its default (a terminal's command) or ignored (a background job)."""
-    return subprocess.Popen(
-        [sys.executable, "main.py", "bench", "--only", "learning", *argv],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-        preexec_fn=default_sigint if sigint == "default" else ignore_sigint,
-    )
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("stop", ["ctrl-c", "ctrl-c-sigint-ignored", "sigterm-to-the-bench-alone"])
-def test_ctrl_c_lets_the_training_run_stop_and_save_and_ends_the_bench(tmp_path: Path, stop: str) -> None:
-    """A terminal's Ctrl-C (SIGINT to the whole process group) while a seed trains: the run
-    stops as on its own Ctrl-C, with its final checkpoint and replay, and the bench ends
-    with 130 and one line saying so, evaluating nothing. (It used subprocess.call, which
-    killed the run on the bench's KeyboardInterrupt: no final checkpoint, no replay; and
-    a bench that ignored SIGINT, started in the background, went on to evaluate the
-    marks and train the next seed.) A SIGTERM to a background bench alone (``kill``)
-    does the same: the bench passes it on to the run (it used to die at once, and the
-    run trained on without it)."""
-    argv = ["--name", "tiny", "--out", str(tmp_path), "--frames", "1000000", "--mark-frames", "500"]
-    argv += ["--", "--preset", "tiny"]
-    bench_proc = start_bench(argv, sigint="default" if stop == "ctrl-c" else "ignored")
-    run = tmp_path / "tiny-s0"
-    try:
-        wait_until(lambda: training_started(run), 600, "training to start", proc=bench_proc)
-        if stop == "sigterm-to-the-bench-alone":
-            os.kill(bench_proc.pid, signal.SIGTERM)
-        else:
-            os.killpg(bench_proc.pid, signal.SIGINT)
-        _, err = bench_proc.communicate(timeout=300)
-    finally:
-        if bench_proc.poll() is None:
-            os.killpg(bench_proc.pid, signal.SIGKILL)
-            bench_proc.wait()
-    assert bench_proc.returncode == EXIT_INTERRUPTED, err[-3000:]
-    assert "Traceback" not in err, err[-3000:]
-    log = (tmp_path / "tiny-s0.out").read_text()
-    stopped = re.findall(r"INFO stopped frames (\d+)", log)
-    assert stopped, log[-3000:]
-    assert run_frames(run) == int(stopped[-1])  # the final checkpoint, at the frames it stopped at
-    assert (run / "checkpoints" / "replay.npz").exists()
-    assert err.strip().splitlines()[-1] == (
-        f"learning bench: stopped; {run} saved at {int(stopped[-1]):,} frames, and the same command resumes it "
-        "(marks are evaluated once training is done)"
-    )
-    assert not (tmp_path / "tiny.json").exists()  # nothing evaluated
-    assert not project_segments(run_tag(run))
