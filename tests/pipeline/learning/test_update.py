@@ -1,6 +1,6 @@
 """Tests for pipeline.learning.update and the learner that runs it (``quantiles`` > 0):
 the quantile Huber loss by hand and by what it converges to, the Double-DQN quantile
-targets, QR-DQN updates on the real Q-network (compiled: test_learner's compile test),
+targets, QR-DQN updates on the real Q-network (compiled: test_learner_compile.py),
 the clipped step and the acting copy's average."""
 
 from __future__ import annotations
