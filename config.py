@@ -74,11 +74,10 @@ class Config:
     Evaluation (eval, the learning benchmark) plays each of them and reports per stage."""
     action_set: str = "right_only"
     """Joypad action set: right_jump (2 actions: right, right+A), right_only (5: NOOP, right,
-    right+A, right+B, right+A+B), right_only_full (7: right_only's, whose jumps are hops, and
-    right+A, right+A+B as full jumps, A held to the top: envs.controller), simple (7:
-    right_only's, A alone and left) or complex (12). With right_only and 1,024 calibration
-    states 1-1's 2M marks finish it in 0.40 and 0.30 of their episodes on two seeds, against
-    simple's 0.20 and 0.05 (docs/learning.md)."""
+    right+A, right+B, right+A+B), simple (7: those, A alone and left) or
+    complex (12). With right_only and 1,024 calibration states 1-1's 2M marks finish it in
+    0.40 and 0.30 of their episodes on two seeds, against simple's 0.20 and 0.05
+    (docs/learning.md)."""
     frame_skip: int = 4
     """Emulator frames per agent step (the action repeats; max over the last two frames)."""
     reward_scale: float = 0.1

@@ -6,7 +6,8 @@ Options left in removals (:class:`Removal`): the first after the tag ``pre-optio
 then ``bootstrap_epsilon`` after ``pre-expected-sarsa-removal``, ``epsilon_schedule`` after
 ``pre-epsilon-schedule-removal``, and the never-measured and losing options of
 ``HOUSE_REMOVAL`` after ``pre-house-removal``, ``held_jump`` after
-``pre-held-jump-removal``. A checkpoint saved before a
+``pre-held-jump-removal``, the ``right_only_full`` action set after
+``pre-full-jump-removal``. A checkpoint saved before a
 removal holds its fields:
 
 - at the value the code now always behaves as (``REMOVED``), or at any value where the
@@ -33,6 +34,7 @@ __all__ = [
     "ANY_VALUE",
     "EPSILON_SCHEDULE_REMOVAL",
     "EXPECTED_SARSA_REMOVAL",
+    "FULL_JUMP_REMOVAL",
     "HELD_JUMP_REMOVAL",
     "HOUSE_REMOVAL",
     "OPTION_REMOVAL",
@@ -158,7 +160,23 @@ HELD_JUMP_REMOVAL: Final = Removal(
     options={"held_jump": False},
 )
 
-REMOVALS: Final = (OPTION_REMOVAL, EXPECTED_SARSA_REMOVAL, EPSILON_SCHEDULE_REMOVAL, HOUSE_REMOVAL, HELD_JUMP_REMOVAL)
+# Full jumps as actions beside the hops lost on 1-3 too (681 at 1M against the default's 764,
+# no flag; to 0.5M the episodes stopped where the held jump's did).
+FULL_JUMP_REMOVAL: Final = Removal(
+    tag="pre-full-jump-removal",
+    commit="07adb1f",
+    options={},
+    retired={"action_set": ("right_only_full", "full jumps beside the hops, envs.controller.FullJump")},
+)
+
+REMOVALS: Final = (
+    OPTION_REMOVAL,
+    EXPECTED_SARSA_REMOVAL,
+    EPSILON_SCHEDULE_REMOVAL,
+    HOUSE_REMOVAL,
+    HELD_JUMP_REMOVAL,
+    FULL_JUMP_REMOVAL,
+)
 # Every removed field -> the value the code now always behaves as, over all removals.
 REMOVED: Final[dict[str, Any]] = {name: now for removal in REMOVALS for name, now in removal.options.items()}
 # Every retired value, over all removals.

@@ -2,17 +2,15 @@
 
 The button lists are the ones ``gym_super_mario_bros.actions`` ships (RIGHT_ONLY,
 SIMPLE_MOVEMENT, COMPLEX_MOVEMENT), plus ``right_jump``: the two actions (right,
-right+A) the PyTorch Mario tutorial and DI-engine's Mario DQN train with, and
-``right_only_full``: right_only's five and two full jumps beside its hops (below). The
-emulator takes one byte per frame in which each bit is a controller button; the bit
-layout below is the NES controller's (the same table ``nes_py.wrappers.JoypadSpace``
-uses, rebuilt here because the table is private to that wrapper and the project's
-wrappers map actions themselves).
+right+A) the PyTorch Mario tutorial and DI-engine's Mario DQN train with. The emulator takes one byte per frame in which
+each bit is a controller button; the bit layout below is the NES controller's (the
+same table ``nes_py.wrappers.JoypadSpace`` uses, rebuilt here because the table is
+private to that wrapper and the project's wrappers map actions themselves).
 """
 
 from __future__ import annotations
 
-ACTION_SET_NAMES: tuple[str, ...] = ("right_jump", "right_only", "right_only_full", "simple", "complex")
+ACTION_SET_NAMES: tuple[str, ...] = ("right_jump", "right_only", "simple", "complex")
 DEFAULT_ACTION_SET = "right_only"
 
 # NES controller bits, most significant first: right left down up start select B A.
@@ -27,23 +25,11 @@ BUTTON_BITS: dict[str, int] = {
     "A": 0b00000001,
     "NOOP": 0b00000000,
 }
-# Not an NES button: a mark above the controller's 8 bits that asks for a full jump. The
-# controller (:class:`envs.controller.FullJump`) takes it off before the emulator sees the
-# byte and keeps A pressed for as long as the jump this press starts rises.
-FULL_JUMP_BIT = 0x100
-PRESS_BITS: dict[str, int] = {**BUTTON_BITS, "full_jump": FULL_JUMP_BIT}
 
 # Walk right, or walk right holding A. With two actions a random run holds A for the
 # 7 agent steps a tall pipe needs with probability 1/128 (SIMPLE's 7 actions: 0.3 %),
 # and no action stands still or walks left.
 RIGHT_JUMP: tuple[tuple[str, ...], ...] = (("right",), ("right", "A"))
-
-# right_only's hops (A for the agent's step: one step of right+A rises 33 px) and, beside
-# them, the same presses as full jumps (A held to the top: 64 px). 1-3's gap at x ~775
-# needs the full height, which epsilon-greedy at one decision per 4 frames rarely holds A
-# for; making every jump a full one (the removed ``held_jump``) lost the short hops its
-# treetops before the gap need. Here the agent picks a hop or a full jump.
-FULL_JUMPS: tuple[tuple[str, ...], ...] = (("right", "A", "full_jump"), ("right", "A", "B", "full_jump"))
 
 
 def validate_action_set(name: str) -> None:
@@ -63,7 +49,6 @@ def button_lists(name: str) -> list[list[str]]:
     table = {
         "right_jump": RIGHT_JUMP,
         "right_only": actions.RIGHT_ONLY,
-        "right_only_full": [*actions.RIGHT_ONLY, *FULL_JUMPS],
         "simple": actions.SIMPLE_MOVEMENT,
         "complex": actions.COMPLEX_MOVEMENT,
     }
@@ -72,21 +57,15 @@ def button_lists(name: str) -> list[list[str]]:
 
 
 def buttons_to_byte(buttons: list[str]) -> int:
-    """OR the controller bits of the named buttons into one action byte (with
-    :data:`FULL_JUMP_BIT` for "full_jump", which only the full-jump controller accepts)."""
+    """OR the controller bits of the named buttons into one emulator action byte."""
     byte = 0
     for button in buttons:
-        if button not in PRESS_BITS:
-            raise ValueError(f"unknown NES button {button!r}: use one of {', '.join(PRESS_BITS)}")
-        byte |= PRESS_BITS[button]
+        if button not in BUTTON_BITS:
+            raise ValueError(f"unknown NES button {button!r}: use one of {', '.join(BUTTON_BITS)}")
+        byte |= BUTTON_BITS[button]
     return byte
 
 
 def action_bytes(name: str) -> list[int]:
     """Return the emulator byte of every discrete action of an action set."""
     return [buttons_to_byte(buttons) for buttons in button_lists(name)]
-
-
-def has_full_jumps(name: str) -> bool:
-    """Whether an action set asks for full jumps (its env needs the full-jump controller)."""
-    return any(byte & FULL_JUMP_BIT for byte in action_bytes(name))

@@ -13,10 +13,9 @@ import numbers
 import gymnasium
 from gymnasium.utils import seeding
 
-from envs.actions import DEFAULT_ACTION_SET, button_lists, has_full_jumps, validate_action_set
+from envs.actions import DEFAULT_ACTION_SET, button_lists, validate_action_set
 from envs.catch import ACTION_MEANINGS as CATCH_ACTION_MEANINGS
 from envs.catch import CatchEnv
-from envs.controller import FullJump
 from envs.ids import parse_env_id
 from envs.mario import MarioEnv
 from envs.stages import check_stages, stage_name
@@ -77,7 +76,7 @@ def make_env(
 ) -> gymnasium.Env:
     """Build the environment for ``env_id``.
 
-    Mario: ``MarioEnv [-> FullJump] [-> StickyActions] -> ActionSet -> MaxAndSkip -> Grayscale -> Resize(84, 84)
+    Mario: ``MarioEnv [-> StickyActions] -> ActionSet -> MaxAndSkip -> Grayscale -> Resize(84, 84)
     -> RewardScale -> NoProgressTruncation -> TimeLimit``, observations ``(84, 84)``
     uint8. With ``preprocess=False`` only ``ActionSet -> MaxAndSkip`` are applied
     (``(240, 256, 3)`` RGB observations, e.g. for video). Either way the latest raw
@@ -90,8 +89,7 @@ def make_env(
 
     Args:
         env_id: see :data:`envs.ENV_ID_HELP`.
-        action_set: "right_jump", "right_only", "right_only_full" (with the full-jump
-            controller, :class:`envs.controller.FullJump`), "simple" or "complex".
+        action_set: "right_jump", "right_only", "simple" or "complex".
         frame_skip: emulator frames per agent step (1 = no skipping).
         reward_scale: factor applied to every reward (> 0).
         no_progress_steps: truncate after this many agent steps without a new
@@ -130,8 +128,6 @@ def make_env(
         env = CatchEnv()
     else:
         mario: gymnasium.Env = MarioEnv(env_id, stages=[stage_name(s) for s in stage_list] or None)
-        if has_full_jumps(action_set):
-            mario = FullJump(mario)
         if sticky_actions:
             mario = StickyActions(mario, float(sticky_actions), seed)
         env = ActionSet(mario, action_set)

@@ -41,10 +41,6 @@ FRAME_SHAPE: tuple[int, int, int] = (240, 256, 3)
 # RAM address of the player's float state (the disassembly's Player_State): 0 while
 # standing on solid ground, 1 jumping, 2 falling off a ledge, 3 on the flagpole.
 PLAYER_FLOAT_STATE = 0x001D
-# RAM address of the player's vertical speed, a signed byte: negative (128-255) while Mario
-# goes up. The game brakes a rise less while A is held, so a jump's height is set by how
-# long A stays held during these frames: 24 px for one frame of A, 64 px held to the top.
-PLAYER_Y_SPEED = 0x009F
 
 # The info keys an env reports (of the ~40 the emulator builds): what the wrappers, the
 # episode summaries and the evaluator read.
@@ -186,14 +182,6 @@ class MarioEnv(gymnasium.Env[np.ndarray, int]):
         if self._emulator is None:
             raise RuntimeError("MarioEnv is closed")
         return int(self._emulator.ram[PLAYER_FLOAT_STATE]) == 0
-
-    @property
-    def rising(self) -> bool:
-        """Whether Mario is going up in a jump in the current frame (holding A now raises it)."""
-        if self._emulator is None:
-            raise RuntimeError("MarioEnv is closed")
-        ram = self._emulator.ram
-        return int(ram[PLAYER_FLOAT_STATE]) == 1 and int(ram[PLAYER_Y_SPEED]) >= 128
 
     def render(self) -> np.ndarray | None:
         """Return the latest colour frame when ``render_mode="rgb_array"``."""

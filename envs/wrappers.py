@@ -2,7 +2,7 @@
 
 Stack order (built by :func:`envs.make_env`)::
 
-    MarioEnv [-> FullJump] [-> StickyActions] -> ActionSet -> MaxAndSkip -> Grayscale -> Resize
+    MarioEnv [-> StickyActions] -> ActionSet -> MaxAndSkip -> Grayscale -> Resize
              -> RewardScale -> NoProgressTruncation -> TimeLimit
 
 giving ``(84, 84)`` uint8 observations (frames are stacked later, by the replay
@@ -78,9 +78,8 @@ class ActionSet(gymnasium.ActionWrapper[np.ndarray, int, int]):
     """Map discrete actions to NES controller bytes (a gymnasium JoypadSpace).
 
     Action ``i`` presses the buttons of entry ``i`` of the chosen list:
-    "right_jump" (right, right+A), "right_only_full" (right_only and two full jumps, 7),
-    or one of ``gym_super_mario_bros.actions``: "right_only" (5 actions), "simple"
-    (SIMPLE_MOVEMENT, 7) or "complex" (12).
+    "right_jump" (right, right+A), or one of ``gym_super_mario_bros.actions``:
+    "right_only" (5 actions), "simple" (SIMPLE_MOVEMENT, 7) or "complex" (12).
     """
 
     def __init__(self, env: gymnasium.Env[np.ndarray, int], name: str = DEFAULT_ACTION_SET) -> None:

@@ -57,12 +57,11 @@ def _build_stepper(
     from envs import make_env
 
     if kind == "raw":
-        from envs.actions import FULL_JUMP_BIT, action_bytes
+        from envs.actions import action_bytes
         from envs.mario import MarioEnv
 
         env = MarioEnv(env_id)
-        # The bare emulator takes the buttons only: a full jump's mark is the controller's.
-        table = [byte & ~FULL_JUMP_BIT for byte in action_bytes(env_kwargs["action_set"])]
+        table = action_bytes(env_kwargs["action_set"])
         env.reset(seed=seed)
 
         def step(action: int) -> bool:

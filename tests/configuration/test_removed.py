@@ -12,6 +12,7 @@ from configuration.removed import (
     ANY_VALUE,
     EPSILON_SCHEDULE_REMOVAL,
     EXPECTED_SARSA_REMOVAL,
+    FULL_JUMP_REMOVAL,
     HELD_JUMP_REMOVAL,
     HOUSE_REMOVAL,
     OPTION_REMOVAL,
@@ -94,6 +95,7 @@ def test_the_table_names_exactly_the_removed_fields() -> None:
         EPSILON_SCHEDULE_REMOVAL,
         HOUSE_REMOVAL,
         HELD_JUMP_REMOVAL,
+        FULL_JUMP_REMOVAL,
     )
     # Each tag's commit (git rev-parse --short TAG): the last one that has its options.
     assert (OPTION_REMOVAL.tag, OPTION_REMOVAL.commit) == ("pre-option-removal", "8669a59")
@@ -109,9 +111,11 @@ def test_the_table_names_exactly_the_removed_fields() -> None:
     assert set(HOUSE_REMOVAL.options) == set(SAVED_AT_THE_HOUSE_TAG)
     assert (HELD_JUMP_REMOVAL.tag, HELD_JUMP_REMOVAL.commit) == ("pre-held-jump-removal", "5fca07e")
     assert dict(HELD_JUMP_REMOVAL.options) == {"held_jump": False}  # the plain joypad
+    assert (FULL_JUMP_REMOVAL.tag, FULL_JUMP_REMOVAL.commit) == ("pre-full-jump-removal", "07adb1f")
+    assert not FULL_JUMP_REMOVAL.options and set(FULL_JUMP_REMOVAL.retired) == {"action_set"}  # a value, not a field
     every = (OPTION_REMOVAL, EXPECTED_SARSA_REMOVAL, EPSILON_SCHEDULE_REMOVAL, HOUSE_REMOVAL, HELD_JUMP_REMOVAL)
     assert {name: now for removal in every for name, now in removal.options.items()} == REMOVED
-    assert set(RETIRED) == set(OPTION_REMOVAL.retired)
+    assert set(RETIRED) == set(OPTION_REMOVAL.retired) | set(FULL_JUMP_REMOVAL.retired)
     assert not set(REMOVED) & FIELD_NAMES  # none is a field any more
     assert set(RETIRED) <= FIELD_NAMES  # a retired value belongs to a field that stays
     assert not set(REMOVED) & set(SAVED_BEFORE)  # one home: a removed option's value is here only
@@ -258,3 +262,11 @@ def test_a_run_with_every_jump_held_is_refused_naming_its_commit_and_one_without
     with pytest.raises(RemovedOptionError) as info:
         Config.from_dict(saved(held_jump=True), source="checkpoint runs/x/final.pt")
     assert str(info.value) == refusal("held_jump", True, tag="pre-held-jump-removal", commit="5fca07e")
+
+
+def test_a_run_with_full_jumps_beside_the_hops_is_refused_naming_its_commit() -> None:
+    with pytest.raises(RemovedOptionError) as info:
+        Config.from_dict(saved(action_set="right_only_full"), source="checkpoint runs/x/final.pt")
+    what = "full jumps beside the hops, envs.controller.FullJump"
+    expected = refusal("action_set", "right_only_full", what, tag="pre-full-jump-removal", commit="07adb1f")
+    assert str(info.value) == expected

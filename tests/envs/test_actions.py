@@ -4,15 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from envs.actions import (
-    ACTION_SET_NAMES,
-    FULL_JUMP_BIT,
-    action_bytes,
-    button_lists,
-    buttons_to_byte,
-    has_full_jumps,
-    validate_action_set,
-)
+from envs.actions import ACTION_SET_NAMES, action_bytes, button_lists, buttons_to_byte, validate_action_set
 
 
 def _joypad_bytes(buttons: list[list[str]]) -> list[int]:
@@ -54,24 +46,13 @@ def test_button_lists_are_copies() -> None:
 
 
 def test_unknown_action_set_and_button() -> None:
-    with pytest.raises(ValueError, match="'jump'.*right_only, right_only_full, simple, complex"):
+    with pytest.raises(ValueError, match="'jump'.*right_only, simple, complex"):
         validate_action_set("jump")
     with pytest.raises(ValueError, match="'Z'"):
         buttons_to_byte(["Z"])
-    assert ACTION_SET_NAMES == ("right_jump", "right_only", "right_only_full", "simple", "complex")
+    assert ACTION_SET_NAMES == ("right_jump", "right_only", "simple", "complex")
 
 
 def test_right_jump_is_right_and_right_a_as_nes_py_maps_them() -> None:
     assert button_lists("right_jump") == [["right"], ["right", "A"]]
     assert action_bytes("right_jump") == _joypad_bytes([["right"], ["right", "A"]]) == [0b10000000, 0b10000001]
-
-
-def test_right_only_full_is_right_only_and_its_two_jumps_marked_full() -> None:
-    right_only = action_bytes("right_only")
-    full = action_bytes("right_only_full")
-    assert full[:5] == right_only
-    # The two extra actions press right+A and right+A+B, with the mark no NES bit uses.
-    assert full[5:] == [right_only[2] | FULL_JUMP_BIT, right_only[4] | FULL_JUMP_BIT]
-    assert FULL_JUMP_BIT > 0xFF
-    assert has_full_jumps("right_only_full")
-    assert not any(has_full_jumps(name) for name in ACTION_SET_NAMES if name != "right_only_full")

@@ -158,7 +158,7 @@ def test_invalid_arguments_raise_clear_errors() -> None:
         envs.make_env("SuperMarioBros-9-1-v0")
     with pytest.raises(envs.EnvIdError, match="'Foo-v0'"):
         envs.num_actions("Foo-v0", "simple")
-    with pytest.raises(ValueError, match="'jump'.*right_only, right_only_full, simple, complex"):
+    with pytest.raises(ValueError, match="'jump'.*right_only, simple, complex"):
         envs.make_env("SuperMarioBros-1-1-v0", action_set="jump")
     with pytest.raises(ValueError, match="'jump'"):
         envs.num_actions("Catch-v0", "jump")
