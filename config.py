@@ -155,11 +155,6 @@ class Config:
     """Exploration epsilon after the decay."""
     epsilon_decay_frames: int = 1_000_000
     """Emulator frames over which epsilon falls linearly from 1 (pipeline.run.pacing) to epsilon_end."""
-    explore_hold_steps: int = field(default=1, metadata=saved_before(1))
-    """Longest hold of an exploratory action in agent steps: an exploration event holds its
-    random action for a duration drawn from a zeta distribution (P(n) ~ n ** -2) cut here
-    (ez-greedy, pipeline.learning.exploration). 1 = epsilon-greedy. An option for 1-3's gap,
-    which needs A held 3-6 steps."""
     frontier_start_share: float = field(default=0.0, metadata=saved_before(0.0))
     """Share of training episodes that start at a point of the collector's furthest
     trajectory so far instead of the level's start (Go-Explore's return-then-explore; the

@@ -21,9 +21,6 @@ SWITCH_VALUES: tuple[str, ...] = ("auto", "on", "off")  # compile and amp
 DEVICES: tuple[str, ...] = ("cpu", "cuda", "auto")
 MONITORS: tuple[str, ...] = ("auto", "table", "log", "off")
 BACKENDS: tuple[str, ...] = ("local", "ray")
-# ez-greedy's longest hold: a hold of 64 agent steps is 256 frames, several seconds of play
-# with the network ignored; 1-3's gap needs 3-6.
-MAX_EXPLORE_HOLD_STEPS = 64
 
 
 class ConfigError(ValueError):
@@ -156,15 +153,6 @@ def validate(cfg: Any) -> None:
             problems.append(_problem(name, getattr(cfg, name), "must be in [0, 1]", f"use e.g. {example}"))
     if cfg.quantiles < 0 or cfg.quantiles == 1:
         problems.append(_problem("quantiles", cfg.quantiles, "must be 0 or >= 2", "use 0 (Q-values) or e.g. 32"))
-    if not 1 <= cfg.explore_hold_steps <= MAX_EXPLORE_HOLD_STEPS:
-        problems.append(
-            _problem(
-                "explore_hold_steps",
-                cfg.explore_hold_steps,
-                f"must be a whole number of agent steps in [1, {MAX_EXPLORE_HOLD_STEPS}]",
-                "use 1 (epsilon-greedy) or e.g. 8",
-            )
-        )
     if not 0.0 <= cfg.frontier_start_share < 1.0:
         problems.append(
             _problem(

@@ -12,6 +12,7 @@ from configuration.removed import (
     ANY_VALUE,
     EPSILON_SCHEDULE_REMOVAL,
     EXPECTED_SARSA_REMOVAL,
+    EXPLORE_HOLD_REMOVAL,
     FULL_JUMP_REMOVAL,
     HELD_JUMP_REMOVAL,
     HOUSE_REMOVAL,
@@ -96,6 +97,7 @@ def test_the_table_names_exactly_the_removed_fields() -> None:
         HOUSE_REMOVAL,
         HELD_JUMP_REMOVAL,
         FULL_JUMP_REMOVAL,
+        EXPLORE_HOLD_REMOVAL,
     )
     # Each tag's commit (git rev-parse --short TAG): the last one that has its options.
     assert (OPTION_REMOVAL.tag, OPTION_REMOVAL.commit) == ("pre-option-removal", "8669a59")
@@ -113,7 +115,16 @@ def test_the_table_names_exactly_the_removed_fields() -> None:
     assert dict(HELD_JUMP_REMOVAL.options) == {"held_jump": False}  # the plain joypad
     assert (FULL_JUMP_REMOVAL.tag, FULL_JUMP_REMOVAL.commit) == ("pre-full-jump-removal", "07adb1f")
     assert not FULL_JUMP_REMOVAL.options and set(FULL_JUMP_REMOVAL.retired) == {"action_set"}  # a value, not a field
-    every = (OPTION_REMOVAL, EXPECTED_SARSA_REMOVAL, EPSILON_SCHEDULE_REMOVAL, HOUSE_REMOVAL, HELD_JUMP_REMOVAL)
+    assert (EXPLORE_HOLD_REMOVAL.tag, EXPLORE_HOLD_REMOVAL.commit) == ("pre-explore-hold-removal", "75bcb34")
+    assert dict(EXPLORE_HOLD_REMOVAL.options) == {"explore_hold_steps": 1}  # epsilon-greedy
+    every = (
+        OPTION_REMOVAL,
+        EXPECTED_SARSA_REMOVAL,
+        EPSILON_SCHEDULE_REMOVAL,
+        HOUSE_REMOVAL,
+        HELD_JUMP_REMOVAL,
+        EXPLORE_HOLD_REMOVAL,
+    )
     assert {name: now for removal in every for name, now in removal.options.items()} == REMOVED
     assert set(RETIRED) == set(OPTION_REMOVAL.retired) | set(FULL_JUMP_REMOVAL.retired)
     assert not set(REMOVED) & FIELD_NAMES  # none is a field any more
@@ -270,3 +281,10 @@ def test_a_run_with_full_jumps_beside_the_hops_is_refused_naming_its_commit() ->
     what = "full jumps beside the hops, envs.controller.FullJump"
     expected = refusal("action_set", "right_only_full", what, tag="pre-full-jump-removal", commit="07adb1f")
     assert str(info.value) == expected
+
+
+def test_a_run_with_held_random_actions_is_refused_naming_its_commit_and_one_without_loads() -> None:
+    assert Config.from_dict(saved(explore_hold_steps=1)).to_dict() == AT_THE_TAG.to_dict()
+    with pytest.raises(RemovedOptionError) as info:
+        Config.from_dict(saved(explore_hold_steps=8), source="checkpoint runs/x/final.pt")
+    assert str(info.value) == refusal("explore_hold_steps", 8, tag="pre-explore-hold-removal", commit="75bcb34")

@@ -43,7 +43,7 @@ import numpy as np
 from pipeline.common.child import ParentWatch
 from pipeline.common.priority import yield_to_learner
 from pipeline.common.seeds import stream_seed
-from pipeline.learning.exploration import HeldExploration, epsilon_greedy
+from pipeline.learning.exploration import epsilon_greedy
 from pipeline.learning.frontier import EpisodeTrace, FrontierArchive, stage_signature
 from pipeline.run.collector.args import CollectorArgs
 from pipeline.run.collector.env_failures import EnvFailures, InjectedFaults
@@ -164,13 +164,6 @@ class Collector:
             self.streams.append(EnvStream(self._build_env(seed), slot, seed, self.stacks[k]))
         self.num_actions = int(self.streams[0].env.action_space.n)
         self.model = network_of(self.cfg, self.num_actions).eval()
-        # ez-greedy's held random actions, or None: plain epsilon-greedy, whose draws stay
-        # exactly those of runs trained before the option existed.
-        self.held_exploration: HeldExploration | None = None
-        if self.cfg.explore_hold_steps > 1:
-            self.held_exploration = HeldExploration(
-                self.rng, len(self.streams), self.num_actions, self.cfg.explore_hold_steps
-            )
         # Restarts near the frontier: the collector's furthest trajectory, each env's trace.
         self.frontier: FrontierArchive | None = None
         self.frontier_starter: FrontierStarter | None = None
@@ -302,16 +295,11 @@ class Collector:
         rounds = 0
         while True:
             t0 = perf()
-            for k, stream in enumerate(self.streams):
-                if stream.needs_reset and self.held_exploration is not None:
-                    self.held_exploration.end(k)  # a new episode starts free of the last one's hold
+            for stream in self.streams:
                 while stream.needs_reset and not self._reset(stream):
                     pass
             # Exploration for every env at once; one forward for the greedy ones.
-            if self.held_exploration is None:
-                actions, greedy = epsilon_greedy(self.rng, len(self.streams), self.num_actions, epsilon)
-            else:
-                actions, greedy = self.held_exploration.choose(epsilon)
+            actions, greedy = epsilon_greedy(self.rng, len(self.streams), self.num_actions, epsilon)
             t1 = perf()
             if greedy.any():
                 with torch.inference_mode():
