@@ -8,8 +8,7 @@ then ``bootstrap_epsilon`` after ``pre-expected-sarsa-removal``, ``epsilon_sched
 ``HOUSE_REMOVAL`` after ``pre-house-removal``, ``held_jump`` after
 ``pre-held-jump-removal``, the ``right_only_full`` action set after
 ``pre-full-jump-removal``, ``explore_hold_steps`` after ``pre-explore-hold-removal``. A
-checkpoint saved before a
-removal holds its fields:
+checkpoint saved before a removal holds its fields:
 
 - at the value the code now always behaves as (``REMOVED``), or at any value where the
   option only acted through another one that is refused (``ANY_VALUE``): the checkpoint
