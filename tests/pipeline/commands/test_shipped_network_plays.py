@@ -1,7 +1,7 @@
-"""The shipped network, ``models/trained/SuperMarioBros-1-1-v0.pt``: a small file that git
-keeps, with its provenance, which plain ``eval`` and ``play`` (and its name) play on the
-real emulator. How well it plays is not tested: a better one replaces it with the same
-``export`` command."""
+"""The shipped networks, ``models/trained/<env id>.pt`` (1-1, 1-2 and 1-4): small files
+that git keeps, with their provenance, which plain ``eval`` and ``play`` (``--env`` for
+another stage, or the name) play on the real emulator. How well they play is not tested:
+a better one replaces a file with the same ``export`` command."""
 
 from __future__ import annotations
 
@@ -23,20 +23,27 @@ from tests.pipeline.commands.test_evaluate import one_torch_thread  # noqa: F401
 ROOT = Path(__file__).resolve().parents[3]
 NAME = "SuperMarioBros-1-1-v0"
 SHIPPED = ROOT / "models" / "trained" / f"{NAME}.pt"
+# Every stage with a shipped network: the one a plain play/eval plays, and the others.
+STAGES = ("SuperMarioBros-1-1-v0", "SuperMarioBros-1-2-v0", "SuperMarioBros-1-4-v0")
 
 
-def test_the_shipped_file_is_small_kept_by_git_and_says_where_it_came_from():
-    assert shipped_dir() == SHIPPED.parent and NAME in shipped_names()
-    assert SHIPPED.stat().st_size < 8e6  # the acting network alone (float32: 6.8 MB)
+def test_exactly_the_stages_named_here_are_shipped():
+    assert shipped_dir() == SHIPPED.parent and sorted(shipped_names()) == sorted(STAGES)
+
+
+@pytest.mark.parametrize("name", STAGES)
+def test_a_shipped_file_is_small_kept_by_git_and_says_where_it_came_from(name):
+    shipped = shipped_dir() / f"{name}.pt"
+    assert shipped.stat().st_size < 8e6  # the acting network alone (float32: 6.8 MB)
     if shutil.which("git") and (ROOT / ".git").exists():
-        ignored = subprocess.run(["git", "check-ignore", "-q", str(SHIPPED)], cwd=ROOT)
+        ignored = subprocess.run(["git", "check-ignore", "-q", str(shipped)], cwd=ROOT)
         assert ignored.returncode == 1, "git ignores the shipped network"
-    payload = load_checkpoint(SHIPPED)
+    payload = load_checkpoint(shipped)
     assert set(payload["learner"]) == {"acting", "updates"}
     config = Config.from_dict(payload["config"])
-    assert config.env_id == NAME
+    assert config.env_id == name
     record = payload["provenance"]
-    assert record["format"] == EXPORT_FORMAT and record["env_id"] == NAME
+    assert record["format"] == EXPORT_FORMAT and record["env_id"] == name
     assert record["frames"] == payload["counters"]["frames"] > 0
     assert record["trained_with"].split()[1] == "main.py"  # the command that trained it
     if record["figures"] is not None:  # the protocol it was measured with, beside the figures
@@ -68,3 +75,16 @@ def test_play_by_name_records_the_shipped_network(tmp_path, capsys):
     frames_trained = load_checkpoint(SHIPPED)["counters"]["frames"]
     assert printed.startswith(f"playing {SHIPPED}: trained for {frames_trained} frames")
     assert load_policy(NAME).path == SHIPPED
+
+
+@pytest.mark.parametrize("name", [stage for stage in STAGES if stage != NAME])
+def test_play_with_env_plays_that_stages_shipped_network(name, tmp_path, capsys):
+    pytest.importorskip("imageio_ffmpeg")
+    shipped = shipped_dir() / f"{name}.pt"
+    video = tmp_path / "stage.mp4"
+    assert play_command(["--env", name, "--max-steps", "10", "--out", str(video)]) == 0
+    printed = capsys.readouterr().out
+    frames_trained = load_checkpoint(shipped)["counters"]["frames"]
+    assert printed.startswith(f"playing {shipped}: trained for {frames_trained} frames")
+    stage = name.removeprefix("SuperMarioBros-").removesuffix("-v0")
+    assert f"steps, stage {stage}" in printed and video.stat().st_size > 0
