@@ -161,6 +161,11 @@ class Config:
     collector replays the recorded actions to get there: replayed_frames counts the cost).
     0 = off; needs a fixed-stage or full-game Mario id. Evaluation always starts at the
     level's start."""
+    frontier_trajectory: str = field(default="", metadata=saved_before(""))
+    """A trajectory file (``python main.py explore`` finds one by search on the emulator) that
+    each collector's furthest trajectory starts from in a fresh run, so that restarts
+    (``frontier_start_share``) are drawn along it from the first episode: Go-Explore's two
+    phases. "" = the collectors' own episodes only."""
 
     # --- compute -----------------------------------------------------------------------
     device: str = field(default="auto", metadata=RUN_ONLY)

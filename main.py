@@ -48,6 +48,7 @@ COMMAND_HELP = {
     "play": "record a checkpoint (default: the shipped network) playing, as MP4 or GIF",
     "eval": "play a checkpoint (default: the shipped network) and print x_pos, flag rate and return",
     "export": "write a checkpoint's acting network as a small file for play and eval (models/trained/)",
+    "explore": "search a stage on the emulator for a trajectory that training restarts along",
     "plot": "draw a run's metrics.csv as PNG figures",
 }
 TRAIN_USAGE = "%(prog)s [training flags]\n       %(prog)s COMMAND [flags]"
@@ -239,6 +240,12 @@ def run_export(argv: list[str]) -> int:
     return export_command(argv)
 
 
+def run_explore(argv: list[str]) -> int:
+    from pipeline.commands.explore import explore_command
+
+    return explore_command(argv)
+
+
 def run_plot(argv: list[str]) -> int:
     from pipeline.commands.plots import plot_command
 
@@ -252,6 +259,7 @@ COMMANDS = {
     "play": run_play,
     "eval": run_eval,
     "export": run_export,
+    "explore": run_explore,
     "plot": run_plot,
 }
 

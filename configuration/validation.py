@@ -168,6 +168,15 @@ def validate(cfg: Any) -> None:
                 "use a fixed-stage id such as SuperMarioBros-1-1-v0, or 0 for off",
             )
         )
+    if cfg.frontier_trajectory and cfg.frontier_start_share == 0:
+        problems.append(
+            _problem(
+                "frontier_trajectory",
+                cfg.frontier_trajectory,
+                "is only used by restarts near the frontier, which are off",
+                "add --set frontier_start_share=0.5, or leave frontier_trajectory empty",
+            )
+        )
     if not 0.0 <= cfg.sticky_actions < 1.0:
         problems.append(
             _problem("sticky_actions", cfg.sticky_actions, "must be a probability in [0, 1)", "use 0.25, or 0 for off")

@@ -105,6 +105,11 @@ def test_describe_lists_every_field_with_its_source():
         ({"eval_max_lag_frames": -1}, "eval_max_lag_frames", "must be >= 0; use 0 to disable or a positive value"),
         ({"frontier_start_share": 1.0}, "frontier_start_share", "[0, 1)"),
         ({"frontier_start_share": 0.5}, "frontier_start_share", "Catch"),  # the tiny preset's env
+        (
+            {"frontier_trajectory": "runs/trajectories/SuperMarioBros-1-3-v0.npz", "env_id": "SuperMarioBros-1-3-v0"},
+            "frontier_trajectory",
+            "add --set frontier_start_share=0.5",
+        ),
         ({"bn_calibration_states": 0}, "bn_calibration_states", ">= 1"),  # the running average went
         ({"bn_calibration_states": -1}, "bn_calibration_states", "use 1024"),
         (

@@ -31,6 +31,15 @@ def run_main(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[st
         (["eval", "--env", "Catch-v0"], "no shipped network for Catch-v0"),
         (["play", "--checkpoint", "SuperMarioBros-8-4-v0"], "or a shipped name (SuperMarioBros-1-1-v0"),
         (["export"], "the following arguments are required: --checkpoint"),
+        (["explore", "--env", "SuperMarioBrosRandomStages-v0"], "needs a Mario stage that replays the same way"),
+        (["explore", "--env", "Catch-v0"], "use e.g. SuperMarioBros-1-3-v0"),
+        (["explore", "--iterations", "0"], "--iterations 0: must be >= 1"),
+        (["explore", "--out", "/tmp/trajectory.txt"], "unsupported extension '.txt'"),
+        (
+            ["--preset", "cpu", "--env", "SuperMarioBros-1-3-v0", "--set", "frontier_start_share=0.5"]
+            + ["--set", "frontier_trajectory=/nonexistent/1-3.npz"],
+            "frontier_trajectory: trajectory /nonexistent/1-3.npz unreadable",
+        ),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(args, fragment):

@@ -26,6 +26,12 @@ The kept trajectory outlives its collector process: with a path (the trainer giv
 a collector that starts again (restarted by the supervisor, or the run resumed in a later
 session) carries on from it instead of from an empty archive. The file names the stage
 and the action set it was recorded with; one that does not match is ignored.
+
+A fresh archive may start from a trajectory found elsewhere (``start_from``, the run's
+``frontier_trajectory``): the file ``python main.py explore`` writes by searching the
+emulator (:mod:`pipeline.learning.trajectory_search`), in the same format. Restarts are
+then drawn along it from the first episode on: Go-Explore's robustification phase, with
+the searched trajectory as the demonstration.
 """
 
 from __future__ import annotations
@@ -40,13 +46,44 @@ from pipeline.common.files import atomic_write
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["EpisodeTrace", "FrontierArchive", "stage_signature"]
+__all__ = [
+    "EpisodeTrace",
+    "FrontierArchive",
+    "TrajectoryError",
+    "read_trajectory",
+    "stage_signature",
+    "write_trajectory",
+]
 
 
 def stage_signature(env_id: str, action_set: str, frame_skip: int) -> str:
     """What a recorded trajectory replays the same way under: the stage, the meaning of
     each action index (the set), and the frames an action is held."""
     return f"{env_id} {action_set} skip {frame_skip}"
+
+
+class TrajectoryError(ValueError):
+    """A trajectory file that cannot be read, or was recorded for another stage or action set."""
+
+
+def read_trajectory(path: str | Path, recorded_with: str) -> tuple[np.ndarray, int]:
+    """The actions and greatest x of the trajectory file ``path``, checked to replay under
+    ``recorded_with`` (:func:`stage_signature`); a problem is one :class:`TrajectoryError` line."""
+    try:
+        with np.load(path) as kept:
+            signature = str(kept["recorded_with"])
+            actions, best_x = kept["actions"].astype(np.int16), int(kept["best_x"])
+    except (OSError, ValueError, KeyError, zipfile.BadZipFile) as exc:
+        raise TrajectoryError(f"trajectory {path} unreadable ({exc})") from None
+    if signature != recorded_with:
+        raise TrajectoryError(f"trajectory {path} was recorded with {signature!r}, not {recorded_with!r}")
+    return actions, best_x
+
+
+def write_trajectory(path: str | Path, actions: np.ndarray, best_x: int, recorded_with: str) -> None:
+    """Write a trajectory file atomically (a reader never sees half of one)."""
+    with atomic_write(Path(path)) as handle:
+        np.savez(handle, actions=np.asarray(actions, np.int16), best_x=best_x, recorded_with=recorded_with)
 
 
 class EpisodeTrace:
@@ -86,6 +123,7 @@ class FrontierArchive:
         recorded_with: what the trajectory is only valid for (stage, action set, frame
             skip), stored beside it and checked when it is loaded.
         log: where a file that cannot be read or written is reported (the collector's log).
+        start_from: a trajectory file (``explore``'s) to start from when ``path`` keeps none.
     """
 
     def __init__(
@@ -95,6 +133,7 @@ class FrontierArchive:
         path: str = "",
         recorded_with: str = "",
         log: logging.Logger = logger,
+        start_from: str = "",
     ) -> None:
         if not 0.0 <= share < 1.0:
             raise ValueError(f"restart share must be in [0, 1), got {share!r}")
@@ -106,42 +145,24 @@ class FrontierArchive:
         self.recorded_with = recorded_with
         self.save_failed = False  # a failed write is logged once; the archive goes on in memory
         self.log = log
-        if self.path is not None:
-            self._load()
+        if self.path is not None and self.path.exists():
+            self._load(self.path)
+        if self.best_x < 0 and start_from:
+            self._load(Path(start_from))
+            self._save()  # kept from now on as the collector's own
 
-    def _load(self) -> None:
-        assert self.path is not None
-        if not self.path.exists():
-            return
+    def _load(self, path: Path) -> None:
         try:
-            with np.load(self.path) as kept:
-                recorded_with = str(kept["recorded_with"])
-                actions, best_x = kept["actions"].astype(np.int16), int(kept["best_x"])
-        except (OSError, ValueError, KeyError, zipfile.BadZipFile) as exc:
-            self.log.warning("frontier trajectory %s unreadable (%s); starting with none", self.path, exc)
-            return
-        if recorded_with != self.recorded_with:
-            self.log.warning(
-                "frontier trajectory %s was recorded with %r, not %r; starting with none",
-                self.path,
-                recorded_with,
-                self.recorded_with,
-            )
-            return
-        self.actions, self.best_x = actions, best_x
+            self.actions, self.best_x = read_trajectory(path, self.recorded_with)
+        except TrajectoryError as exc:
+            self.log.warning("frontier: %s; starting with none", exc)
 
     def _save(self) -> None:
-        if self.path is None:
+        if self.path is None or self.best_x < 0:
             return
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            with atomic_write(self.path) as handle:
-                np.savez(
-                    handle,
-                    actions=self.actions,
-                    best_x=self.best_x,
-                    recorded_with=self.recorded_with,
-                )
+            write_trajectory(self.path, self.actions, self.best_x, self.recorded_with)
         except OSError as exc:
             if not self.save_failed:
                 self.save_failed = True

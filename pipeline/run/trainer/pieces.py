@@ -38,6 +38,7 @@ from pipeline.common.cores import learner_thread_range
 from pipeline.common.errors import UserError
 from pipeline.learning.checkpoint import CHECKPOINT_PATTERN, CheckpointError, check_compatible, load_checkpoint
 from pipeline.learning.flat_state import state_numel
+from pipeline.learning.frontier import TrajectoryError, read_trajectory, stage_signature
 from pipeline.learning.learner import Learner
 from pipeline.learning.learner_choice import choose_learner
 from pipeline.learning.learner_settings import LearnerSettings
@@ -297,6 +298,13 @@ def warm_up_learner(learner: Learner, cfg: Config, device: torch.device, monitor
 
 def check_machine_and_lock(cfg: Config, root: Path, num_actions: int) -> RunLock:
     """The preflight checks, then the run directory's lock: raised as one line, before anything exists."""
+    if cfg.frontier_trajectory:  # read by every collector: a bad file fails here, in one line
+        try:
+            read_trajectory(cfg.frontier_trajectory, stage_signature(cfg.env_id, cfg.action_set, cfg.frame_skip))
+        except TrajectoryError as exc:
+            raise UserError(
+                f"frontier_trajectory: {exc}; write one with python main.py explore --env {cfg.env_id}"
+            ) from None
     network_floats = state_numel(network_of(cfg, num_actions).state_dict())
     for warning in check_machine(cfg, network_floats):
         logger.warning(warning)

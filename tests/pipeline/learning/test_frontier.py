@@ -9,7 +9,13 @@ import pytest
 
 from config import Config
 from envs import make_env
-from pipeline.learning.frontier import EpisodeTrace, FrontierArchive
+from pipeline.learning.frontier import (
+    EpisodeTrace,
+    FrontierArchive,
+    TrajectoryError,
+    read_trajectory,
+    write_trajectory,
+)
 
 
 def trace_of(xs: list[int], actions: list[int] | None = None, capacity: int = 100) -> EpisodeTrace:
@@ -141,3 +147,31 @@ def test_a_failed_write_is_reported_once_and_the_archive_goes_on_in_memory(tmp_p
     assert archive.offer(trace_of([40, 70, 50], actions=[4, 5, 6]))
     np.testing.assert_array_equal(archive.actions, [4, 5])
     assert caplog.text.count("could not keep the frontier trajectory") == 1
+
+
+def test_a_fresh_archive_starts_from_a_given_trajectory_and_keeps_it_as_its_own(tmp_path) -> None:
+    found = tmp_path / "explored.npz"
+    write_trajectory(found, np.array([1, 2, 2, 4]), 300, "1-3 right_only skip 4")
+    kept = tmp_path / "frontier" / "collector-0.npz"
+    archive = FrontierArchive(0.5, np.random.default_rng(0), str(kept), "1-3 right_only skip 4", start_from=str(found))
+    assert archive.best_x == 300
+    np.testing.assert_array_equal(archive.actions, [1, 2, 2, 4])
+    assert not archive.offer(trace_of([100, 250, 200]))  # the given trajectory is the one to beat
+    assert archive.offer(trace_of([100, 310, 200], actions=[3, 3, 3]))
+    # A collector that starts again carries on from its own kept trajectory, not the given one.
+    again = FrontierArchive(0.5, np.random.default_rng(1), str(kept), "1-3 right_only skip 4", start_from=str(found))
+    assert again.best_x == 310
+    np.testing.assert_array_equal(again.actions, [3, 3])
+
+
+def test_a_given_trajectory_of_another_stage_is_refused_in_one_line(tmp_path, caplog) -> None:
+    found = tmp_path / "explored.npz"
+    write_trajectory(found, np.array([1, 1]), 40, "1-1 right_only skip 4")
+    with pytest.raises(TrajectoryError, match="recorded with '1-1 right_only skip 4', not '1-3 right_only skip 4'"):
+        read_trajectory(found, "1-3 right_only skip 4")
+    actions, best_x = read_trajectory(found, "1-1 right_only skip 4")
+    assert best_x == 40 and actions.dtype == np.int16 and actions.tolist() == [1, 1]
+    with pytest.raises(TrajectoryError, match="unreadable"):
+        read_trajectory(tmp_path / "missing.npz", "1-1 right_only skip 4")
+    archive = FrontierArchive(0.5, np.random.default_rng(0), "", "1-3 right_only skip 4", start_from=str(found))
+    assert archive.best_x == -1 and "recorded with '1-1 right_only skip 4'" in caplog.text

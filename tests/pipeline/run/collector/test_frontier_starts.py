@@ -6,8 +6,8 @@ from those records alone: the first episode starts at the level's start, every e
 actions from the level's start are its replayed prefix plus its recorded actions, and
 the furthest trajectory so far is the prefix of such an episode. Replaying each episode
 that way in an emulator of the test's own must reproduce every recorded frame, the START
-frame of the episodes that began near the frontier first of all. With restarts before
-ends, every start is also a run-up before where one of the episodes before it ended.
+frame of the episodes that began near the frontier first of all. Given a trajectory file
+(``frontier_trajectory``, what ``explore`` writes), the collector starts from it.
 """
 
 from __future__ import annotations
@@ -19,8 +19,9 @@ import pytest
 
 from config import Config
 from envs import make_env, num_actions
-from pipeline.learning.frontier import EpisodeTrace, FrontierArchive, stage_signature
+from pipeline.learning.frontier import EpisodeTrace, FrontierArchive, stage_signature, write_trajectory
 from pipeline.learning.policy import network_of
+from pipeline.learning.trajectory_search import search_trajectory
 from pipeline.transport import episodes as episode_channel
 from pipeline.transport.records import FLAG_FINAL, FLAG_START
 from tests.pipeline import producers as P
@@ -77,24 +78,15 @@ def split_episodes(records: np.ndarray) -> list[np.ndarray]:
     return [records[start : final + 1] for start, final in zip(starts, finals, strict=False)]
 
 
-@pytest.mark.slow
-def test_a_collector_returns_to_its_furthest_trajectory(tmp_path, capfd) -> None:
-    """By replaying the trajectory's prefix for every frontier start; and it closes its
-    shared memory at the stop (no view left behind: no BufferError at exit)."""
-    # Short episodes, so that many end (and offer their trajectories) within the test.
-    cfg = Config(envs_per_collector=1, ring_capacity=256, no_progress_steps=40, max_episode_steps=250, seed=11)
-    cfg.frontier_start_share = 0.5
-    kept = tmp_path / "frontier" / "collector-0.npz"
-    records, summaries, replayed_frames = collect(cfg, str(tmp_path / "collector.log"), str(kept))
-    # The collector's process wrote to this stderr; the frontier starter held a view into
-    # the ring that its close() did not drop, so the segment's close failed at exit.
-    assert "BufferError" not in capfd.readouterr().err
-    episodes = split_episodes(records)[: len(summaries)]
-    assert len(episodes) == len(summaries)
-    assert summaries[0].replayed_steps == 0  # nothing to return to yet
-
+def rederive(
+    cfg: Config, episodes: list[np.ndarray], summaries: list[episode_channel.EpisodeSummary], archive: FrontierArchive
+) -> tuple[list[int], int, int]:
+    """Replay every episode in an emulator of the test's own, from the level's start through
+    its replayed prefix (drawn from ``archive``, the collector's replica, which every finished
+    episode is offered to) and its recorded actions, checking every frame the collector wrote.
+    Returns the steps replayed for each frontier start, and the x of the last level start and
+    of the furthest frontier start."""
     env = make_env(cfg.env_id, **cfg.env_kwargs())
-    archive = FrontierArchive(0.5, np.random.default_rng(0))  # only offer() is used: the test's replica
     trace = EpisodeTrace(cfg.max_episode_steps)
     replayed: list[int] = []  # steps replayed for each frontier start
     level_start_x = frontier_start_x = 0
@@ -124,6 +116,27 @@ def test_a_collector_returns_to_its_furthest_trajectory(tmp_path, capfd) -> None
             archive.offer(trace)
     finally:
         env.close()
+    return replayed, level_start_x, frontier_start_x
+
+
+@pytest.mark.slow
+def test_a_collector_returns_to_its_furthest_trajectory(tmp_path, capfd) -> None:
+    """By replaying the trajectory's prefix for every frontier start; and it closes its
+    shared memory at the stop (no view left behind: no BufferError at exit)."""
+    # Short episodes, so that many end (and offer their trajectories) within the test.
+    cfg = Config(envs_per_collector=1, ring_capacity=256, no_progress_steps=40, max_episode_steps=250, seed=11)
+    cfg.frontier_start_share = 0.5
+    kept = tmp_path / "frontier" / "collector-0.npz"
+    records, summaries, replayed_frames = collect(cfg, str(tmp_path / "collector.log"), str(kept))
+    # The collector's process wrote to this stderr; the frontier starter held a view into
+    # the ring that its close() did not drop, so the segment's close failed at exit.
+    assert "BufferError" not in capfd.readouterr().err
+    episodes = split_episodes(records)[: len(summaries)]
+    assert len(episodes) == len(summaries)
+    assert summaries[0].replayed_steps == 0  # nothing to return to yet
+
+    archive = FrontierArchive(0.5, np.random.default_rng(0))  # only offer() is used: the test's replica
+    replayed, level_start_x, frontier_start_x = rederive(cfg, episodes, summaries, archive)
 
     frontier = [s.replayed_steps for s in summaries if s.replayed_steps > 0]
     assert len(frontier) >= FRONTIER_EPISODES
@@ -141,3 +154,32 @@ def test_a_collector_returns_to_its_furthest_trajectory(tmp_path, capfd) -> None
     )
     assert reloaded.best_x == archive.best_x > 0
     np.testing.assert_array_equal(reloaded.actions, archive.actions)
+
+
+@pytest.mark.slow
+def test_a_collector_restarts_along_a_searched_trajectory_from_its_first_episode(tmp_path) -> None:
+    """``frontier_trajectory``: the collector's archive starts from a file ``explore`` writes,
+    so its restarts are drawn along a way into the stage that its own episodes never went."""
+    cfg = Config(envs_per_collector=1, ring_capacity=256, no_progress_steps=40, max_episode_steps=250, seed=11)
+    cfg.frontier_start_share = 0.5
+    signature = stage_signature(cfg.env_id, cfg.action_set, cfg.frame_skip)
+    env = make_env(cfg.env_id, **cfg.env_kwargs())
+    try:
+        found = search_trajectory(env, np.random.default_rng(0), 8)
+    finally:
+        env.close()
+    given = tmp_path / "explored.npz"
+    write_trajectory(given, found.actions, found.best_x, signature)
+    cfg.frontier_trajectory = str(given)
+    kept = tmp_path / "frontier" / "collector-0.npz"
+    records, summaries, _ = collect(cfg, str(tmp_path / "collector.log"), str(kept))
+    episodes = split_episodes(records)[: len(summaries)]
+    # The replica starts from the same file: had the collector not, the first frontier
+    # start's replayed prefix would not reproduce the START frame it wrote.
+    archive = FrontierArchive(0.5, np.random.default_rng(0), "", signature, start_from=str(given))
+    replayed, _, frontier_start_x = rederive(cfg, episodes, summaries, archive)
+    assert len(replayed) >= FRONTIER_EPISODES and frontier_start_x > 0
+    first = next(i for i, s in enumerate(summaries) if s.replayed_steps > 0)
+    assert summaries[first].replayed_steps <= len(found.actions)  # drawn along the given trajectory
+    reloaded = FrontierArchive(0.5, np.random.default_rng(0), str(kept), signature)
+    assert reloaded.best_x == archive.best_x >= found.best_x  # kept as the collector's own, or beaten

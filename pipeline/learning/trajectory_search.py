@@ -1,0 +1,113 @@
+"""A trajectory through a stage, found by search on the emulator: Go-Explore's exploration phase.
+
+Go-Explore (Ecoffet et al., 2021) splits hard-exploration into two phases: first find a
+way through by returning to the furthest state reached and exploring from it, on the
+deterministic emulator and without a network; then train a policy that restarts along
+that trajectory (Salimans and Chen's backward curriculum: restarts near the end are met
+first, then earlier ones). The second phase is the collectors' restarts near the
+frontier (:mod:`pipeline.learning.frontier`, ``frontier_start_share``); this module is the
+first, and ``python main.py explore`` writes its result where a run's
+``frontier_trajectory`` reads it.
+
+The search keeps one action sequence, up to the step of its greatest x. Each iteration
+goes back a few steps from its end (``backtrack``), appends random actions, each held for
+a geometric number of agent steps (a jump that clears a tall obstacle needs A held for
+several), and plays the whole sequence from the level's start: a fixed stage replays the
+same way from the same actions, as the collectors' restarts do. A sequence that gets
+further replaces the kept one; one that reaches the flag ends the search.
+
+Only steps that did not end the episode count: the kept sequence never includes the
+step that lost the life (or took the flag), so replaying all of it leaves Mario alive.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+__all__ = ["SearchResult", "play_actions", "search_trajectory"]
+
+# Steps the search goes back from the kept sequence's end before exploring (uniform).
+BACKTRACK_STEPS = (5, 40)
+# Random steps appended past the cut in one iteration.
+EXTEND_STEPS = 60
+# A random action is held for a geometric number of steps with this success probability
+# (mean 1/p = 3.3 steps; a 7-step hold, what a tall pipe needs, is drawn with 8 % chance).
+HOLD_P = 0.3
+
+
+@dataclass
+class SearchResult:
+    """The kept sequence and how it was found."""
+
+    actions: np.ndarray  # int16, the agent steps from the level's start, none of them ending the episode
+    best_x: int  # the x position after the last of them (the greatest reached)
+    flag: bool  # whether the step after them takes the flag
+    iterations: int  # sequences played
+    agent_steps: int  # agent steps played in all (the search's cost)
+
+
+@dataclass
+class Playout:
+    """One sequence played from the level's start."""
+
+    x_pos: np.ndarray  # x after each step that did not end the episode
+    ended: bool  # the sequence ended the episode (a life lost, the flag, a cut)
+    flag: bool  # it ended at the flag
+
+
+def play_actions(env: Any, actions: list[int] | np.ndarray) -> Playout:
+    """Reset ``env`` and play ``actions`` until they run out or the episode ends."""
+    env.reset()
+    x_pos: list[int] = []
+    for action in actions:
+        _, _, terminated, truncated, info = env.step(int(action))
+        if terminated or truncated:
+            return Playout(np.array(x_pos, np.int64), True, bool(info.get("flag_get", False)))
+        x_pos.append(int(info["x_pos"]))
+    return Playout(np.array(x_pos, np.int64), False, False)
+
+
+def random_holds(rng: np.random.Generator, num_actions: int, steps: int) -> list[int]:
+    """``steps`` random actions, each held for a geometric number of steps."""
+    out: list[int] = []
+    while len(out) < steps:
+        out += [int(rng.integers(num_actions))] * int(rng.geometric(HOLD_P))
+    return out[:steps]
+
+
+def search_trajectory(
+    env: Any,
+    rng: np.random.Generator,
+    iterations: int,
+    report: Callable[[SearchResult], None] = lambda result: None,
+) -> SearchResult:
+    """Search ``env`` (a fixed stage, deterministic given the actions) for ``iterations``
+    sequences at most; ``report`` is called at every improvement."""
+    num_actions = int(env.action_space.n)
+    kept = np.zeros(0, np.int16)
+    result = SearchResult(kept, -1, False, 0, 0)
+    for iteration in range(1, iterations + 1):
+        cut = max(0, len(kept) - int(rng.integers(*BACKTRACK_STEPS)))
+        sequence = kept[:cut].tolist() + random_holds(rng, num_actions, EXTEND_STEPS)
+        playout = play_actions(env, sequence)
+        result.iterations = iteration
+        result.agent_steps += len(playout.x_pos) + int(playout.ended)
+        if playout.flag:
+            # Every step before the flag's is kept: restarts can then be drawn up to it.
+            kept = np.array(sequence[: len(playout.x_pos)], np.int16)
+            result.actions, result.flag = kept, True
+            result.best_x = int(playout.x_pos[-1]) if len(playout.x_pos) else 0
+            report(result)
+            return result
+        if len(playout.x_pos) == 0:
+            continue
+        furthest = int(np.argmax(playout.x_pos))
+        if int(playout.x_pos[furthest]) > result.best_x:
+            kept = np.array(sequence[: furthest + 1], np.int16)
+            result.actions, result.best_x = kept, int(playout.x_pos[furthest])
+            report(result)
+    return result

@@ -1,0 +1,72 @@
+"""The search for a way through a stage: on a corridor worked out by hand, and on the real 1-1."""
+
+from __future__ import annotations
+
+import numpy as np
+from gymnasium import spaces
+
+from config import Config
+from envs import make_env
+from pipeline.learning.trajectory_search import SearchResult, play_actions, random_holds, search_trajectory
+
+WALK, JUMP = 1, 2
+
+
+class Corridor:
+    """x advances one per step with WALK or JUMP (NOOP, 0, stands); x 4 is a pit that only a
+    JUMP onto it crosses; reaching x 8 takes the flag. Deterministic, as a fixed stage is."""
+
+    action_space = spaces.Discrete(3)
+
+    def reset(self):
+        self.x = 0
+        return None, {"x_pos": 0}
+
+    def step(self, action: int):
+        moved = action in (WALK, JUMP)
+        self.x += moved
+        died = moved and self.x == 4 and action != JUMP  # standing on it after the jump is safe
+        flag = self.x == 8
+        return None, 0.0, died or flag, False, {"x_pos": self.x, "flag_get": flag}
+
+
+def test_a_playout_counts_only_the_steps_that_did_not_end_the_episode() -> None:
+    death = play_actions(Corridor(), [WALK, WALK, WALK, WALK, WALK])
+    assert death.x_pos.tolist() == [1, 2, 3] and death.ended and not death.flag
+    flag = play_actions(Corridor(), [WALK, WALK, WALK, JUMP, 0, WALK, WALK, WALK, WALK])
+    assert flag.x_pos.tolist() == [1, 2, 3, 4, 4, 5, 6, 7] and flag.ended and flag.flag
+    alive = play_actions(Corridor(), [0, WALK])
+    assert alive.x_pos.tolist() == [0, 1] and not alive.ended
+
+
+def test_random_holds_repeat_each_action_for_a_geometric_number_of_steps() -> None:
+    holds = random_holds(np.random.default_rng(0), 5, 20_000)
+    assert len(holds) == 20_000 and set(holds) == {0, 1, 2, 3, 4}
+    changes = np.count_nonzero(np.diff(holds)) + 1
+    # A new draw every 1/0.3 steps on average, which repeats the action 1/5 of the time.
+    assert 20_000 * 0.3 * 0.8 * 0.95 < changes < 20_000 * 0.3 * 0.8 * 1.05
+
+
+def test_the_search_crosses_the_pit_and_stops_at_the_flag() -> None:
+    improvements: list[int] = []
+    result = search_trajectory(Corridor(), np.random.default_rng(3), 500, lambda r: improvements.append(r.best_x))
+    assert result.flag and result.iterations < 500
+    # The kept steps replay alive to x 7; the next WALK or JUMP takes the flag.
+    replay = play_actions(Corridor(), result.actions)
+    assert not replay.ended and replay.x_pos[-1] == result.best_x == 7
+    assert result.actions.tolist()[replay.x_pos.tolist().index(4)] == JUMP  # onto the pit: a jump
+    assert improvements == sorted(improvements) and improvements[-1] == 7
+
+
+def test_on_world_1_1_the_kept_steps_replay_alive_to_the_furthest_x() -> None:
+    cfg = Config()
+    env = make_env(cfg.env_id, **cfg.env_kwargs())
+    try:
+        result = search_trajectory(env, np.random.default_rng(0), 8)
+        assert isinstance(result, SearchResult) and not result.flag and result.iterations == 8
+        assert result.best_x > 40 and result.actions.dtype == np.int16
+        replay = play_actions(env, result.actions)
+        assert not replay.ended and int(replay.x_pos.max()) == int(replay.x_pos[-1]) == result.best_x
+        assert result.agent_steps >= len(result.actions)
+    finally:
+        env.close()
