@@ -30,8 +30,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="Search a stage on the emulator for a trajectory to its flag; training restarts along it "
         "(--set frontier_start_share=0.5 --set frontier_trajectory=FILE).",
     )
-    parser.add_argument("--env", help="a fixed stage, e.g. SuperMarioBros-1-3-v0 (default: the run's env)")
-    parser.add_argument("--action-set", help="the actions the run will use (default: the run's, right_only)")
+    parser.add_argument("--env", help="a fixed stage, e.g. SuperMarioBros-1-3-v0 (default: SuperMarioBros-1-1-v0)")
+    parser.add_argument("--action-set", help="the action set the run will use (default: right_only)")
     parser.add_argument(
         "--iterations", type=int, default=2000, help="sequences played at most (default 2000; it stops at the flag)"
     )
