@@ -10,7 +10,7 @@ first, and ``python main.py explore`` writes its result where a run's
 ``frontier_trajectory`` reads it.
 
 The search keeps one action sequence, up to the step of its greatest x. Each iteration
-goes back a few steps from its end (``backtrack``), appends random actions, each held for
+goes back a few steps from its end (``BACKTRACK_STEPS``), appends random actions, each held for
 a geometric number of agent steps (a jump that clears a tall obstacle needs A held for
 several), and plays the whole sequence from the level's start: a fixed stage replays the
 same way from the same actions, as the collectors' restarts do. A sequence that gets
