@@ -28,6 +28,7 @@ from configuration.removed import check_saved
 from configuration.validation import BACKENDS as BACKENDS
 from configuration.validation import DEVICES as DEVICES
 from configuration.validation import MONITORS as MONITORS
+from configuration.validation import RESTART_DRAWS as RESTART_DRAWS
 from configuration.validation import SWITCH_VALUES as SWITCH_VALUES
 from configuration.validation import ConfigError as ConfigError
 from configuration.validation import validate as validate
@@ -166,6 +167,9 @@ class Config:
     each collector's furthest trajectory starts from in a fresh run, so that restarts
     (``frontier_start_share``) are drawn along it from the first episode: Go-Explore's two
     phases. "" = the collectors' own episodes only."""
+    frontier_start_draw: str = field(default="uniform", metadata=saved_before("uniform"))
+    """Where on the trajectory a restart begins: "uniform" (every step alike) or "failures"
+    (sections whose restarts fail more are drawn more: pipeline.learning.restart_draw)."""
 
     # --- compute -----------------------------------------------------------------------
     device: str = field(default="auto", metadata=RUN_ONLY)

@@ -21,6 +21,7 @@ SWITCH_VALUES: tuple[str, ...] = ("auto", "on", "off")  # compile and amp
 DEVICES: tuple[str, ...] = ("cpu", "cuda", "auto")
 MONITORS: tuple[str, ...] = ("auto", "table", "log", "off")
 BACKENDS: tuple[str, ...] = ("local", "ray")
+RESTART_DRAWS: tuple[str, ...] = ("uniform", "failures")  # where a frontier restart begins
 
 
 class ConfigError(ValueError):
@@ -175,6 +176,24 @@ def validate(cfg: Any) -> None:
                 cfg.frontier_trajectory,
                 "is only used by restarts near the frontier, which are off",
                 "add --set frontier_start_share=0.5, or leave frontier_trajectory empty",
+            )
+        )
+    if cfg.frontier_start_draw not in RESTART_DRAWS:
+        problems.append(
+            _problem(
+                "frontier_start_draw",
+                cfg.frontier_start_draw,
+                f"must be one of {', '.join(RESTART_DRAWS)}",
+                "use uniform, or failures to restart where restarts fail",
+            )
+        )
+    elif cfg.frontier_start_draw != "uniform" and cfg.frontier_start_share == 0:
+        problems.append(
+            _problem(
+                "frontier_start_draw",
+                cfg.frontier_start_draw,
+                "is only used by restarts near the frontier, which are off",
+                "add --set frontier_start_share=0.5, or leave frontier_start_draw at uniform",
             )
         )
     if not 0.0 <= cfg.sticky_actions < 1.0:

@@ -175,6 +175,7 @@ class Collector:
                 recorded_with=stage_signature(self.cfg.env_id, self.cfg.action_set, self.cfg.frame_skip),
                 log=logger,
                 start_from=self.cfg.frontier_trajectory,
+                draw=self.cfg.frontier_start_draw,
             )
             capacity = self.cfg.max_episode_steps or MAX_TRACE_STEPS
             for stream in self.streams:
@@ -332,7 +333,10 @@ class Collector:
                 if done:
                     self._write(stream.slot, next_obs, 0, 0.0, FLAG_FINAL)
                     if stream.trace is not None:
-                        self.frontier.offer(stream.trace)  # type: ignore[union-attr]
+                        frontier = self.frontier
+                        assert frontier is not None
+                        frontier.record_restart(stream.trace, stream.replayed_steps, bool(info.get("flag_get", False)))
+                        frontier.offer(stream.trace)
                 stream.counters.steps = stream.steps
                 stream.counters.frames = stream.frames
                 te = perf()
@@ -389,6 +393,8 @@ class Collector:
         # holds the slot's counters too).
         self.home = self.counters = None  # type: ignore[assignment]
         self.frontier_starter = None
+        if getattr(self, "frontier", None) is not None:
+            self.frontier.report_restarts()  # type: ignore[union-attr]
         self.streams = []
         if getattr(self, "weights", None) is not None:
             self.weights.close()

@@ -12,6 +12,7 @@ frame of the episodes that began near the frontier first of all. Given a traject
 
 from __future__ import annotations
 
+import re
 import time
 
 import numpy as np
@@ -157,11 +158,14 @@ def test_a_collector_returns_to_its_furthest_trajectory(tmp_path, capfd) -> None
 
 
 @pytest.mark.slow
-def test_a_collector_restarts_along_a_searched_trajectory_from_its_first_episode(tmp_path) -> None:
+@pytest.mark.parametrize("draw", ["uniform", "failures"])
+def test_a_collector_restarts_along_a_searched_trajectory_from_its_first_episode(tmp_path, draw: str) -> None:
     """``frontier_trajectory``: the collector's archive starts from a file ``explore`` writes,
-    so its restarts are drawn along a way into the stage that its own episodes never went."""
+    so its restarts are drawn along a way into the stage that its own episodes never went;
+    with ``frontier_start_draw=failures`` the collector counts every restart's outcome."""
     cfg = Config(envs_per_collector=1, ring_capacity=256, no_progress_steps=40, max_episode_steps=250, seed=11)
     cfg.frontier_start_share = 0.5
+    cfg.frontier_start_draw = draw
     signature = stage_signature(cfg.env_id, cfg.action_set, cfg.frame_skip)
     env = make_env(cfg.env_id, **cfg.env_kwargs())
     try:
@@ -183,3 +187,9 @@ def test_a_collector_restarts_along_a_searched_trajectory_from_its_first_episode
     assert summaries[first].replayed_steps <= len(found.actions)  # drawn along the given trajectory
     reloaded = FrontierArchive(0.5, np.random.default_rng(0), str(kept), signature)
     assert reloaded.best_x == archive.best_x >= found.best_x  # kept as the collector's own, or beaten
+    # Its log at the stop says how many restarts it counted: at least every finished one.
+    counted = re.findall(r"after (\d+) restarts, they fail most at x \d+", (tmp_path / "collector.log").read_text())
+    if draw == "failures":
+        assert len(counted) == 1 and int(counted[0]) >= len(replayed)
+    else:
+        assert not counted
