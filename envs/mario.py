@@ -26,6 +26,7 @@ Emulator behaviour worth knowing:
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import gymnasium
@@ -61,6 +62,31 @@ INFO_KEYS: tuple[str, ...] = (
 def _task_info(info: dict[str, Any]) -> dict[str, Any]:
     """The :data:`INFO_KEYS` of the emulator's info, as Python scalars."""
     return {key: info[key].item() if isinstance(info[key], np.generic) else info[key] for key in INFO_KEYS}
+
+
+# What gym-super-mario-bros keeps in Python beside the emulator, from one frame to the
+# next: the package's own reward shaping and its done flag. Its terminated does not read
+# them, and this env's reward is its own, but a loaded state puts them back all the same,
+# so the emulator env is left as the frames played would have left it.
+EMULATOR_COUNTERS: tuple[str, ...] = (
+    "_time_last",
+    "_x_position_max",
+    "_score_last",
+    "_coins_last",
+    "_status_last",
+    "_completion_rewarded",
+    "done",
+)
+
+
+@dataclass(frozen=True)
+class MarioState:
+    """A :meth:`MarioEnv.dump_state`: opaque but for the stage it belongs to."""
+
+    target: tuple[int, int] | None  # the stage (world, stage) of the emulator it was taken from
+    emulator: Any  # nes-py's native snapshot
+    counters: dict[str, Any]  # EMULATOR_COUNTERS' values
+    reward: tuple[int, int]  # the task reward's state
 
 
 class MarioEnv(gymnasium.Env[np.ndarray, int]):
@@ -175,6 +201,28 @@ class MarioEnv(gymnasium.Env[np.ndarray, int]):
             return screen, reward, False, False, _task_info(info)
         self.last_rgb = self._emulator.observation("rgb_array_contiguous")
         return self.last_rgb, reward, bool(terminated), False, _task_info(info)
+
+    def dump_state(self) -> MarioState:
+        """The whole game state: the emulator's (nes-py's native snapshot: CPU, RAM, PPU,
+        ...), the counters gym-super-mario-bros keeps beside it, and the task reward's."""
+        if self._emulator is None:
+            raise RuntimeError("MarioEnv is closed")
+        emulator = self._emulator
+        counters = {name: getattr(emulator, name) for name in EMULATOR_COUNTERS}
+        return MarioState(self._current_target, emulator.dump_state(), counters, self._reward.state())
+
+    def load_state(self, state: MarioState) -> None:
+        """Put back a :meth:`dump_state` of the same stage; the next step goes on from it
+        exactly as from the state it was taken in."""
+        if self._emulator is None:
+            raise RuntimeError("MarioEnv is closed")
+        if state.target != self._current_target:
+            raise ValueError(f"a state of stage {state.target} cannot be loaded into stage {self._current_target}")
+        self._emulator.load_state(state.emulator)
+        for name, value in state.counters.items():
+            setattr(self._emulator, name, value)
+        self._reward.set_state(state.reward)
+        self.last_rgb = self._emulator.observation("rgb_array_contiguous")
 
     @property
     def on_ground(self) -> bool:

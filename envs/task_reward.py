@@ -40,6 +40,14 @@ class TaskReward:
         self._x_last = int(info["x_pos"])
         self._time_last = int(info["time"])
 
+    def state(self) -> tuple[int, int]:
+        """What the next reward depends on (for a snapshot of the env)."""
+        return self._x_last, self._time_last
+
+    def set_state(self, state: tuple[int, int]) -> None:
+        """Put back a :meth:`state`."""
+        self._x_last, self._time_last = state
+
     def step(self, info: Mapping[str, Any]) -> float:
         """The reward of the frame whose info this is."""
         x, time = int(info["x_pos"]), int(info["time"])

@@ -248,6 +248,14 @@ class NoProgressTruncation(gymnasium.Wrapper[np.ndarray, Any, np.ndarray, Any]):
         self._attempt = self._attempt_key(info)
         return obs, info
 
+    def state(self) -> tuple[int, int, tuple[Any, ...]]:
+        """The counters the cut depends on (for a snapshot of the env)."""
+        return self._best_x, self._stalled, self._attempt
+
+    def set_state(self, state: tuple[int, int, tuple[Any, ...]]) -> None:
+        """Put back a :meth:`state`."""
+        self._best_x, self._stalled, self._attempt = state
+
     def step(self, action: Any) -> tuple[np.ndarray, SupportsFloat, bool, bool, dict[str, Any]]:
         """Step, and truncate after ``max_steps`` consecutive steps without a new maximum."""
         obs, reward, terminated, truncated, info = self.env.step(action)

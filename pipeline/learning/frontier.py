@@ -118,6 +118,16 @@ class EpisodeTrace:
         self.x_pos[self.length] = x_pos
         self.length += 1
 
+    def extend(self, actions: np.ndarray, x_pos: np.ndarray) -> None:
+        """Record several agent steps at once (as :meth:`append` would one by one)."""
+        room = len(self.actions) - self.length
+        if len(actions) > room:
+            self.overflowed = True
+        count = min(len(actions), room)
+        self.actions[self.length : self.length + count] = actions[:count]
+        self.x_pos[self.length : self.length + count] = x_pos[:count]
+        self.length += count
+
 
 class FrontierArchive:
     """A collector's furthest trajectory and the restart points drawn on it.

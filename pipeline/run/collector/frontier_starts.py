@@ -1,11 +1,14 @@
 """Frontier starts in a collector: an episode that begins at a point of the furthest
-trajectory so far, reached by replaying its recorded actions.
+trajectory so far, reached by restoring a snapshot along it and replaying its recorded
+actions from there.
 
 With ``frontier_start_share`` > 0 a share of a collector's episodes start near the
 frontier (:class:`~pipeline.learning.frontier.FrontierArchive` keeps the trajectory and
-draws the start). The env resets as usual and replays the recorded actions up to that
-point. Only what follows is recorded, as an episode of its own; the frames stepped to get
-there are counted in the home slot's ``replayed_frames``.
+draws the start). The env resets as usual, is put into the state of the last snapshot
+before that point (:mod:`~pipeline.run.collector.trajectory_snapshots`; none: the level's
+start) and replays the recorded actions from there. Only what follows is recorded, as an
+episode of its own; the frames stepped to get there are counted in the home slot's
+``replayed_frames``.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import numpy as np
 from config import Config
 from pipeline.learning.frontier import FrontierArchive
 from pipeline.run.collector.env_stream import EnvStream
+from pipeline.run.collector.trajectory_snapshots import TrajectorySnapshots
 from pipeline.transport import ring as R
 from pipeline.transport.weights import WeightsBlock
 
@@ -42,13 +46,15 @@ class FrontierStarter:
         self.logger = logger
         self.collector_index = collector_index
         self.mismatch_logged = False  # a replay that ended its episode is logged once
+        self.snapshots = TrajectorySnapshots()  # shared by the collector's envs (one stage, one process)
 
     def start(self, stream: EnvStream, obs: np.ndarray) -> np.ndarray | None:
         """Maybe start the episode at a point of the furthest trajectory; return the
         observation it starts from, or None when the run is stopping mid-replay.
 
-        The point is reached by replaying a prefix of the trajectory from the level's
-        start. The prefix goes into the env's trace (the episode is still counted from the
+        The point is reached by restoring the last snapshot before it and replaying the
+        trajectory's steps from there (from the level's start when there is none). The
+        whole prefix goes into the env's trace (the episode is still counted from the
         level's start), the frames stepped into ``replayed_frames``; none is recorded.
         Should the replay end an episode (the stage did not replay the same way), the env
         starts at the level's start instead.
@@ -57,18 +63,27 @@ class FrontierStarter:
         steps = self.archive.draw_restart()
         if steps == 0:
             return obs
-        env, trace = stream.env, stream.trace
-        for step, action in enumerate(self.archive.actions[:steps].tolist()):
-            if step % REPLAY_BEAT_STEPS == 0:
+        env, trace, snapshots = stream.env, stream.trace, self.snapshots
+        snapshots.follow(self.archive.actions)
+        restored = snapshots.nearest(steps)
+        if restored:
+            obs = snapshots.restore(env, restored)
+            trace.extend(snapshots.trajectory[:restored], snapshots.x_pos[:restored])
+        actions = snapshots.trajectory[:steps].tolist()
+        for step in range(restored, steps):
+            if (step - restored) % REPLAY_BEAT_STEPS == 0:
                 # A long trajectory takes seconds to replay (more on a busy core): the
                 # supervisor must not take it for a hang, nor wait for it to stop the run.
                 self.counters.beat()
                 if self.weights.stop_requested:
                     return None
+            action = actions[step]
             obs, _, terminated, truncated, info = env.step(action)
             self.counters.replayed_frames += self.cfg.frame_skip
             trace.append(action, int(info["x_pos"]))
-            if terminated or truncated:
+            if not (terminated or truncated):
+                snapshots.passed(env, step + 1, obs, int(info["x_pos"]))
+            else:
                 if not self.mismatch_logged:
                     self.mismatch_logged = True
                     self.logger.warning(
