@@ -27,7 +27,7 @@ from gymnasium.wrappers import TimeLimit
 from envs.mario import MarioEnv, MarioState
 from envs.wrappers import NoProgressTruncation, StickyActions
 
-__all__ = ["EnvSnapshot", "restore", "take"]
+__all__ = ["EnvSnapshot", "can_snapshot", "restore", "take"]
 
 
 @dataclass(frozen=True)
@@ -46,6 +46,12 @@ def _layers(env: gymnasium.Env) -> list[gymnasium.Env]:
     while isinstance(layers[-1], gymnasium.Wrapper):
         layers.append(layers[-1].env)
     return layers
+
+
+def can_snapshot(env: gymnasium.Env) -> bool:
+    """Whether :func:`take` accepts ``env``: a Mario env without sticky actions."""
+    layers = _layers(env)
+    return isinstance(layers[-1], MarioEnv) and not any(isinstance(layer, StickyActions) for layer in layers)
 
 
 def take(env: gymnasium.Env, obs: np.ndarray) -> EnvSnapshot:

@@ -3,8 +3,8 @@
     python main.py explore [--env ID] [--action-set NAME] [--iterations N] [--seed S] [--out FILE.npz]
 
 Go-Explore's first phase (:mod:`pipeline.learning.trajectory_search`): no network, only
-the emulator, replayed from the level's start with the run's own env (frame skip, episode
-ends, cuts). It stops at the flag or after ``--iterations`` sequences and writes the
+the emulator, played with the run's own env (frame skip, episode ends, cuts) from
+snapshots along the kept sequence. It stops at the flag or after ``--iterations`` sequences and writes the
 furthest trajectory found (default ``runs/trajectories/<env id>.npz``); training restarts
 along it with
 

@@ -50,7 +50,7 @@ from pipeline.learning.restart_draw import FailureWeightedDraw
 
 logger = logging.getLogger(__name__)
 
-LOG_EVERY_RESTARTS = 2000  # restart outcomes between log lines naming the sections that fail most
+LOG_EVERY_RESTARTS = 200  # restart outcomes between log lines naming where they fail most (minutes apart)
 
 __all__ = [
     "EpisodeTrace",

@@ -12,9 +12,12 @@ first, and ``python main.py explore`` writes its result where a run's
 The search keeps one action sequence, up to the step of its greatest x. Each iteration
 goes back a few steps from its end (``BACKTRACK_STEPS``), appends random actions, each held for
 a geometric number of agent steps (a jump that clears a tall obstacle needs A held for
-several), and plays the whole sequence from the level's start: a fixed stage replays the
-same way from the same actions, as the collectors' restarts do. A sequence that gets
-further replaces the kept one; one that reaches the flag ends the search.
+several), and plays the sequence: a fixed stage replays the same way from the same
+actions. A sequence that gets further replaces the kept one; one that reaches the flag
+ends the search. On a Mario env a playout does not start at the level's start but at the
+last snapshot along the kept sequence before the cut
+(:mod:`pipeline.learning.trajectory_snapshots`, as the collectors' restarts do), which
+finds the same sequences for a fraction of the emulation (1-1: 4.6 times fewer steps).
 
 Only steps that did not end the episode count: the kept sequence never includes the
 step that lost the life (or took the flag), so replaying all of it leaves Mario alive.
@@ -27,6 +30,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+
+from envs.snapshots import can_snapshot
+from pipeline.learning.trajectory_snapshots import TrajectorySnapshots
 
 __all__ = ["SearchResult", "play_actions", "search_trajectory"]
 
@@ -47,7 +53,7 @@ class SearchResult:
     best_x: int  # the x position after the last of them (the greatest reached)
     flag: bool  # whether the step after them takes the flag
     iterations: int  # sequences played
-    agent_steps: int  # agent steps played in all (the search's cost)
+    agent_steps: int  # agent steps emulated in all (the search's cost; restored ones not counted)
 
 
 @dataclass
@@ -59,15 +65,27 @@ class Playout:
     flag: bool  # it ended at the flag
 
 
-def play_actions(env: Any, actions: list[int] | np.ndarray) -> Playout:
-    """Reset ``env`` and play ``actions`` until they run out or the episode ends."""
+def play_actions(
+    env: Any, actions: list[int] | np.ndarray, snapshots: TrajectorySnapshots | None = None, shared: int = 0
+) -> Playout:
+    """Reset ``env`` and play ``actions`` until they run out or the episode ends.
+
+    With ``snapshots`` (along a trajectory whose first ``shared`` actions are those of
+    ``actions``), start from the last one within them, and take the ones the playout
+    passes within them; the x positions are still counted from the level's start.
+    """
     env.reset()
-    x_pos: list[int] = []
-    for action in actions:
-        _, _, terminated, truncated, info = env.step(int(action))
+    start = 0 if snapshots is None else snapshots.nearest(shared)
+    x_pos = [] if start == 0 else snapshots.x_pos[:start].tolist()  # type: ignore[union-attr]
+    if start:
+        snapshots.restore(env, start)  # type: ignore[union-attr]
+    for step, action in enumerate(list(actions)[start:], start=start + 1):
+        obs, _, terminated, truncated, info = env.step(int(action))
         if terminated or truncated:
             return Playout(np.array(x_pos, np.int64), True, bool(info.get("flag_get", False)))
         x_pos.append(int(info["x_pos"]))
+        if snapshots is not None and step <= shared:
+            snapshots.passed(env, step, obs, x_pos[-1])
     return Playout(np.array(x_pos, np.int64), False, False)
 
 
@@ -84,18 +102,24 @@ def search_trajectory(
     rng: np.random.Generator,
     iterations: int,
     report: Callable[[SearchResult], None] = lambda result: None,
+    use_snapshots: bool = True,
 ) -> SearchResult:
     """Search ``env`` (a fixed stage, deterministic given the actions) for ``iterations``
-    sequences at most; ``report`` is called at every improvement."""
+    sequences at most; ``report`` is called at every improvement. ``use_snapshots``:
+    start playouts from snapshots where ``env`` takes them (the same result either way)."""
     num_actions = int(env.action_space.n)
     kept = np.zeros(0, np.int16)
     result = SearchResult(kept, -1, False, 0, 0)
+    snapshots = TrajectorySnapshots() if use_snapshots and can_snapshot(env) else None
     for iteration in range(1, iterations + 1):
         cut = max(0, len(kept) - int(rng.integers(*BACKTRACK_STEPS)))
         sequence = kept[:cut].tolist() + random_holds(rng, num_actions, EXTEND_STEPS)
-        playout = play_actions(env, sequence)
+        if snapshots is not None:
+            snapshots.follow(kept)
+        played_before = 0 if snapshots is None else snapshots.nearest(cut)
+        playout = play_actions(env, sequence, snapshots, cut)
         result.iterations = iteration
-        result.agent_steps += len(playout.x_pos) + int(playout.ended)
+        result.agent_steps += len(playout.x_pos) - played_before + int(playout.ended)
         if playout.flag:
             # Every step before the flag's is kept: restarts can then be drawn up to it.
             kept = np.array(sequence[: len(playout.x_pos)], np.int16)

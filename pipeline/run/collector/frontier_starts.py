@@ -5,7 +5,7 @@ actions from there.
 With ``frontier_start_share`` > 0 a share of a collector's episodes start near the
 frontier (:class:`~pipeline.learning.frontier.FrontierArchive` keeps the trajectory and
 draws the start). The env resets as usual, is put into the state of the last snapshot
-before that point (:mod:`~pipeline.run.collector.trajectory_snapshots`; none: the level's
+before that point (:mod:`~pipeline.learning.trajectory_snapshots`; none: the level's
 start) and replays the recorded actions from there. Only what follows is recorded, as an
 episode of its own; the frames stepped to get there are counted in the home slot's
 ``replayed_frames``.
@@ -19,8 +19,8 @@ import numpy as np
 
 from config import Config
 from pipeline.learning.frontier import FrontierArchive
+from pipeline.learning.trajectory_snapshots import TrajectorySnapshots
 from pipeline.run.collector.env_stream import EnvStream
-from pipeline.run.collector.trajectory_snapshots import TrajectorySnapshots
 from pipeline.transport import ring as R
 from pipeline.transport.weights import WeightsBlock
 

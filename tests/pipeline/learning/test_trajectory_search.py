@@ -70,3 +70,19 @@ def test_on_world_1_1_the_kept_steps_replay_alive_to_the_furthest_x() -> None:
         assert result.agent_steps >= len(result.actions)
     finally:
         env.close()
+
+
+def test_snapshots_find_the_same_trajectory_for_fewer_emulated_steps() -> None:
+    """Playouts that start at the last snapshot before their cut play out as from the
+    level's start: the same sequences are kept, for less emulation."""
+    cfg = Config()
+    env = make_env(cfg.env_id, **cfg.env_kwargs())
+    try:
+        restored = search_trajectory(env, np.random.default_rng(1), 12)
+        replayed = search_trajectory(env, np.random.default_rng(1), 12, use_snapshots=False)
+    finally:
+        env.close()
+    np.testing.assert_array_equal(restored.actions, replayed.actions)
+    assert (restored.best_x, restored.flag, restored.iterations) == (replayed.best_x, replayed.flag, replayed.iterations)
+    assert len(restored.actions) > 100  # long enough that snapshots along it were used
+    assert restored.agent_steps < replayed.agent_steps / 2

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from envs import make_env
-from pipeline.run.collector.trajectory_snapshots import FIRST_SPACING, MOST_SNAPSHOTS, TrajectorySnapshots
+from pipeline.learning.trajectory_snapshots import FIRST_SPACING, MOST_SNAPSHOTS, TrajectorySnapshots
 
 ENV = "SuperMarioBros-1-1-v0"
 
