@@ -83,6 +83,7 @@ def test_snapshots_find_the_same_trajectory_for_fewer_emulated_steps() -> None:
     finally:
         env.close()
     np.testing.assert_array_equal(restored.actions, replayed.actions)
-    assert (restored.best_x, restored.flag, restored.iterations) == (replayed.best_x, replayed.flag, replayed.iterations)
+    found = (restored.best_x, restored.flag, restored.iterations)
+    assert found == (replayed.best_x, replayed.flag, replayed.iterations)
     assert len(restored.actions) > 100  # long enough that snapshots along it were used
     assert restored.agent_steps < replayed.agent_steps / 2
