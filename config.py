@@ -170,6 +170,11 @@ class Config:
     frontier_start_draw: str = field(default="uniform", metadata=saved_before("uniform"))
     """Where on the trajectory a restart begins: "uniform" (every step alike) or "failures"
     (sections whose restarts fail more are drawn more: pipeline.learning.restart_draw)."""
+    frontier_demo_steps: int = field(default=0, metadata=saved_before(0))
+    """Steps of the trajectory a restart plays before the policy takes over, recorded as
+    transitions of its episode: the episode starts that many steps before the drawn step,
+    so the replay holds the trajectory's own actions where the policy fails (learning from
+    a demonstration, as DQfD does with its expert's). 0 = the policy acts from the start point."""
 
     # --- compute -----------------------------------------------------------------------
     device: str = field(default="auto", metadata=RUN_ONLY)

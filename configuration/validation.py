@@ -196,6 +196,19 @@ def validate(cfg: Any) -> None:
                 "add --set frontier_start_share=0.5, or leave frontier_start_draw at uniform",
             )
         )
+    if isinstance(cfg.frontier_demo_steps, int) and cfg.frontier_demo_steps < 0:
+        problems.append(
+            _problem("frontier_demo_steps", cfg.frontier_demo_steps, "must be >= 0", "use e.g. 16, or 0 for off")
+        )
+    elif cfg.frontier_demo_steps and cfg.frontier_start_share == 0:
+        problems.append(
+            _problem(
+                "frontier_demo_steps",
+                cfg.frontier_demo_steps,
+                "is only used by restarts near the frontier, which are off",
+                "add --set frontier_start_share=0.5, or use 0",
+            )
+        )
     if not 0.0 <= cfg.sticky_actions < 1.0:
         problems.append(
             _problem("sticky_actions", cfg.sticky_actions, "must be a probability in [0, 1)", "use 0.25, or 0 for off")

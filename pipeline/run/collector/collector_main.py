@@ -254,6 +254,7 @@ class Collector:
         try:
             obs, _ = stream.env.reset(seed=stream.seed if stream.first_reset else None)
             stream.replayed_steps = 0
+            stream.demo_actions, stream.demo_played = [], 0
             if self.frontier_starter is not None:
                 assert stream.trace is not None
                 stream.trace.clear()
@@ -310,7 +311,8 @@ class Collector:
             t2 = perf()
             write_ns_round = 0
             episode_ended = False
-            for stream, action in zip(self.streams, actions.tolist()):
+            for stream, chosen in zip(self.streams, actions.tolist()):
+                action = stream.action(chosen)
                 try:
                     self.faults.on_step(stream.steps)
                     next_obs, reward, terminated, truncated, info = stream.env.step(action)
@@ -335,7 +337,7 @@ class Collector:
                     if stream.trace is not None:
                         frontier = self.frontier
                         assert frontier is not None
-                        frontier.record_restart(stream.trace, stream.replayed_steps, bool(info.get("flag_get", False)))
+                        frontier.record_restart(stream.trace, stream.policy_start, bool(info.get("flag_get", False)))
                         frontier.offer(stream.trace)
                 stream.counters.steps = stream.steps
                 stream.counters.frames = stream.frames

@@ -34,3 +34,19 @@ class EnvStream:
         self.preprocess_done_ns = 0  # preprocessing time of envs of this stream already replaced
         self.trace: EpisodeTrace | None = None  # the episode's actions from the level's start
         self.replayed_steps = 0  # steps replayed to this episode's start point
+        # The trajectory's actions this episode plays first, recorded as its own
+        # (frontier_demo_steps), and how many it has played; the policy acts after them.
+        self.demo_actions: list[int] = []
+        self.demo_played = 0
+
+    def action(self, chosen: int) -> int:
+        """The action this step plays: the next demonstrated one while any is left, else ``chosen``."""
+        if self.demo_played < len(self.demo_actions):
+            self.demo_played += 1
+            return self.demo_actions[self.demo_played - 1]
+        return chosen
+
+    @property
+    def policy_start(self) -> int:
+        """Steps from the level's start to where the policy took over this episode (0: the level's start)."""
+        return self.replayed_steps + len(self.demo_actions)

@@ -57,12 +57,19 @@ class FrontierStarter:
         whole prefix goes into the env's trace (the episode is still counted from the
         level's start), the frames stepped into ``replayed_frames``; none is recorded.
         Should the replay end an episode (the stage did not replay the same way), the env
-        starts at the level's start instead.
+        starts at the level's start instead. With ``frontier_demo_steps`` the episode
+        starts that many steps before the drawn step, and its first actions are the
+        trajectory's (``stream.demo_actions``): recorded as transitions, a demonstration of
+        the steps before the drawn one that the policy may not yet take.
         """
         assert stream.trace is not None
-        steps = self.archive.draw_restart()
-        if steps == 0:
+        policy_start = self.archive.draw_restart()
+        if policy_start == 0:
             return obs
+        # With frontier_demo_steps the episode starts that many steps earlier (at least one
+        # step into the level) and plays the trajectory's actions up to the drawn step first.
+        demo = min(self.cfg.frontier_demo_steps, policy_start - 1)
+        steps = policy_start - demo
         env, trace, snapshots = stream.env, stream.trace, self.snapshots
         snapshots.follow(self.archive.actions)
         restored = snapshots.nearest(steps)
@@ -96,4 +103,5 @@ class FrontierStarter:
                 trace.clear()
                 return env.reset()[0]
         stream.replayed_steps = steps
+        stream.demo_actions = snapshots.trajectory[steps:policy_start].tolist()
         return obs

@@ -80,13 +80,18 @@ def split_episodes(records: np.ndarray) -> list[np.ndarray]:
 
 
 def rederive(
-    cfg: Config, episodes: list[np.ndarray], summaries: list[episode_channel.EpisodeSummary], archive: FrontierArchive
+    cfg: Config,
+    episodes: list[np.ndarray],
+    summaries: list[episode_channel.EpisodeSummary],
+    archive: FrontierArchive,
+    trajectories: list[np.ndarray] | None = None,
 ) -> tuple[list[int], int, int]:
     """Replay every episode in an emulator of the test's own, from the level's start through
     its replayed prefix (drawn from ``archive``, the collector's replica, which every finished
     episode is offered to) and its recorded actions, checking every frame the collector wrote.
     Returns the steps replayed for each frontier start, and the x of the last level start and
-    of the furthest frontier start."""
+    of the furthest frontier start; ``trajectories`` gets the replica's trajectory at each
+    episode's start."""
     env = make_env(cfg.env_id, **cfg.env_kwargs())
     trace = EpisodeTrace(cfg.max_episode_steps)
     replayed: list[int] = []  # steps replayed for each frontier start
@@ -96,6 +101,8 @@ def rederive(
             steps = summary.replayed_steps
             assert steps <= len(archive.actions)  # a prefix of today's trajectory
             prefix = archive.actions[:steps].copy()
+            if trajectories is not None:
+                trajectories.append(archive.actions.copy())
             if steps:
                 replayed.append(steps)
             obs, info = env.reset()
@@ -159,14 +166,18 @@ def test_a_collector_returns_to_its_furthest_trajectory(tmp_path, capfd) -> None
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("draw", ["uniform", "failures"])
-def test_a_collector_restarts_along_a_searched_trajectory_from_its_first_episode(tmp_path, draw: str) -> None:
+@pytest.mark.parametrize(("draw", "demo_steps"), [("uniform", 0), ("failures", 0), ("uniform", 4)])
+def test_a_collector_restarts_along_a_searched_trajectory_from_its_first_episode(
+    tmp_path, draw: str, demo_steps: int
+) -> None:
     """``frontier_trajectory``: the collector's archive starts from a file ``explore`` writes,
     so its restarts are drawn along a way into the stage that its own episodes never went;
-    with ``frontier_start_draw=failures`` the collector counts every restart's outcome."""
+    with ``frontier_start_draw=failures`` the collector counts every restart's outcome, and
+    with ``frontier_demo_steps`` each restart's first actions are the trajectory's."""
     cfg = Config(envs_per_collector=1, ring_capacity=256, no_progress_steps=40, max_episode_steps=250, seed=11)
     cfg.frontier_start_share = 0.5
     cfg.frontier_start_draw = draw
+    cfg.frontier_demo_steps = demo_steps
     signature = stage_signature(cfg.env_id, cfg.action_set, cfg.frame_skip)
     env = make_env(cfg.env_id, **cfg.env_kwargs())
     try:
@@ -182,10 +193,21 @@ def test_a_collector_restarts_along_a_searched_trajectory_from_its_first_episode
     # The replica starts from the same file: had the collector not, the first frontier
     # start's replayed prefix would not reproduce the START frame it wrote.
     archive = FrontierArchive(0.5, np.random.default_rng(0), "", signature, start_from=str(given))
-    replayed, _, frontier_start_x = rederive(cfg, episodes, summaries, archive)
+    trajectories: list[np.ndarray] = []
+    replayed, _, frontier_start_x = rederive(cfg, episodes, summaries, archive, trajectories)
     assert len(replayed) >= FRONTIER_EPISODES and frontier_start_x > 0
     first = next(i for i, s in enumerate(summaries) if s.replayed_steps > 0)
     assert summaries[first].replayed_steps <= len(found.actions)  # drawn along the given trajectory
+    # A restart from past the first step plays the trajectory's next demo_steps actions
+    # before its policy's (random ones here: 4 in a row match with chance 5**-4).
+    later = [(e, s.replayed_steps, t) for e, s, t in zip(episodes, summaries, trajectories) if s.replayed_steps > 1]
+    assert later
+    demonstrated = [
+        np.array_equal(episode["action"][:4], trajectory[steps : steps + 4])
+        for episode, steps, trajectory in later
+        if steps + 4 <= len(trajectory) and len(episode) > 4
+    ]
+    assert demonstrated and all(demonstrated) == (demo_steps == 4)
     reloaded = FrontierArchive(0.5, np.random.default_rng(0), str(kept), signature)
     assert reloaded.best_x == archive.best_x >= found.best_x  # kept as the collector's own, or beaten
     # Its log at the stop says how many restarts it counted: at least every finished one.
