@@ -17,7 +17,7 @@ actions. A sequence that gets further replaces the kept one; one that reaches th
 ends the search. On a Mario env a playout does not start at the level's start but at the
 last snapshot along the kept sequence before the cut
 (:mod:`pipeline.learning.trajectory_snapshots`, as the collectors' restarts do), which
-finds the same sequences for a fraction of the emulation (1-1: 4.6 times fewer steps).
+finds the same sequences for a fraction of the emulation (1-1: 4.9 times fewer steps).
 
 Only steps that did not end the episode count: the kept sequence never includes the
 step that lost the life (or took the flag), so replaying all of it leaves Mario alive.
