@@ -57,9 +57,17 @@ __all__ = [
     "FrontierArchive",
     "TrajectoryError",
     "read_trajectory",
+    "shared_steps",
     "stage_signature",
     "write_trajectory",
 ]
+
+
+def shared_steps(old: np.ndarray, new: np.ndarray) -> int:
+    """How many leading actions two trajectories share: the states after them are the same."""
+    length = min(len(old), len(new))
+    differs = np.flatnonzero(old[:length] != new[:length])
+    return int(differs[0]) if len(differs) else length
 
 
 def stage_signature(env_id: str, action_set: str, frame_skip: int) -> str:
@@ -184,7 +192,7 @@ class FrontierArchive:
 
     def _keep(self, actions: np.ndarray) -> None:
         if self.failures is not None:
-            self.failures.follow(self.actions, actions)
+            self.failures.follow(shared_steps(self.actions, actions), len(actions))
         self.actions = actions
 
     def _save(self) -> None:

@@ -48,13 +48,12 @@ class FailureWeightedDraw:
         self.tries = np.zeros(0, np.int64)  # per section: restarts whose outcome was recorded
         self.start_x = np.zeros(0)  # per section: mean x its restarts began at (for the log)
 
-    def follow(self, old_actions: np.ndarray, new_actions: np.ndarray) -> None:
-        """The archive replaced its trajectory: keep the figures of the sections the two
-        share whole, start the others as untried."""
-        length = min(len(old_actions), len(new_actions))
-        differs = np.flatnonzero(old_actions[:length] != new_actions[:length])
-        shared = (int(differs[0]) if len(differs) else length) // SECTION_STEPS
-        sections = -(-len(new_actions) // SECTION_STEPS)
+    def follow(self, shared_steps: int, steps: int) -> None:
+        """The archive replaced its trajectory by one of ``steps`` steps whose first
+        ``shared_steps`` are the old one's: keep the figures of the sections within them,
+        start the others as untried."""
+        shared = shared_steps // SECTION_STEPS
+        sections = -(-steps // SECTION_STEPS)
         shared = min(shared, sections, len(self.failure))
         failure, tries, start_x = np.ones(sections), np.zeros(sections, np.int64), np.zeros(sections)
         failure[:shared], tries[:shared], start_x[:shared] = (
@@ -63,7 +62,7 @@ class FailureWeightedDraw:
             self.start_x[:shared],
         )
         self.failure, self.tries, self.start_x = failure, tries, start_x
-        self.steps = len(new_actions)
+        self.steps = steps
 
     def draw(self) -> int:
         """Steps of the trajectory to replay (1..its length)."""

@@ -24,6 +24,7 @@ import gymnasium
 import numpy as np
 
 from envs.snapshots import EnvSnapshot, restore, take
+from pipeline.learning.frontier import shared_steps
 
 FIRST_SPACING = 8  # trajectory steps between snapshots while the trajectory is short
 MOST_SNAPSHOTS = 64  # snapshots kept at most; beyond, the spacing doubles
@@ -43,9 +44,7 @@ class TrajectorySnapshots:
         """Keep only what holds for ``trajectory`` (the archive's, which may have changed)."""
         if trajectory is self.trajectory:
             return
-        length = min(len(trajectory), len(self.trajectory))
-        differs = np.flatnonzero(trajectory[:length] != self.trajectory[:length])
-        shared = int(differs[0]) if len(differs) else length
+        shared = shared_steps(self.trajectory, trajectory)
         self.snapshots = {step: snap for step, snap in self.snapshots.items() if step <= shared}
         x_pos = np.zeros(len(trajectory), np.int32)
         self.known = min(self.known, shared)

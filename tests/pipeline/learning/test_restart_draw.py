@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pipeline.learning.frontier import EpisodeTrace, FrontierArchive
+from pipeline.learning.frontier import EpisodeTrace, FrontierArchive, shared_steps
 from pipeline.learning.restart_draw import (
     FAILURE_FLOOR,
     PROGRESS_X,
@@ -19,7 +19,7 @@ from pipeline.learning.restart_draw import (
 
 def drawn_on(steps: int, seed: int = 0) -> FailureWeightedDraw:
     draw = FailureWeightedDraw(np.random.default_rng(seed))
-    draw.follow(np.zeros(0, np.int16), np.arange(steps, dtype=np.int16))
+    draw.follow(0, steps)
     return draw
 
 
@@ -71,11 +71,11 @@ def test_a_replaced_trajectory_keeps_the_figures_of_the_whole_sections_it_shares
     draw.failure[:] = [0.1, 0.2, 0.3, 0.4]
     draw.tries[:] = 5
     new = np.concatenate([old[: 2 * SECTION_STEPS + 5], np.full(3 * SECTION_STEPS, 99, np.int16)])
-    draw.follow(old, new)  # differs from step 2 * SECTION_STEPS + 5 on: sections 0 and 1 shared whole
+    draw.follow(shared_steps(old, new), len(new))  # differs from step 2 * SECTION_STEPS + 5 on: 0 and 1 shared whole
     assert draw.steps == len(new)
     np.testing.assert_array_equal(draw.failure, [0.1, 0.2, 1.0, 1.0, 1.0, 1.0])
     np.testing.assert_array_equal(draw.tries, [5, 5, 0, 0, 0, 0])
-    draw.follow(new, new[:SECTION_STEPS])  # a shorter one (a file loaded): one section left
+    draw.follow(shared_steps(new, new[:SECTION_STEPS]), SECTION_STEPS)  # a shorter one (a file loaded)
     np.testing.assert_array_equal(draw.failure, [0.1])
 
 
