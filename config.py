@@ -212,14 +212,13 @@ class Config:
     """Checkpoint file or run directory to resume from ('' = fresh run)."""
     checkpoint_interval_s: float = field(default=300.0, metadata=RUN_ONLY)
     """Seconds between periodic checkpoints."""
-    save_replay: bool = True
-    """Save the replay memory beside the final checkpoint (compressed, ~55 MB per 100k Mario
-    transitions, written atomically) and restore it on --resume, so a resumed run does not
-    start again from an empty buffer. A missing or corrupt file gives one warning."""
     replay_save_interval_s: float = field(default=0.0, metadata=RUN_ONLY)
-    """Also save the replay every this many seconds (0 = only with the final checkpoint), so
-    a run killed without a final checkpoint still resumes with its replay. Each save holds
-    the learner for a few seconds (55 MB of compressed frames per 100k transitions)."""
+    """The replay memory is always saved beside the final checkpoint (compressed, ~55 MB per
+    100k Mario transitions, written atomically) and restored on --resume, so a resumed run
+    does not start again from an empty buffer (a missing or corrupt file gives one warning).
+    This saves it every this many seconds too (0 = only with the final checkpoint), so a run
+    killed without a final checkpoint still resumes with its replay. Each save holds the
+    learner for a few seconds."""
     mark_interval_frames: int = field(default=0, metadata=RUN_ONLY)
     """Also keep the network's weights every this many frames in checkpoints/marks/ (the
     learning benchmark evaluates them afterwards; 0 = off). About 7 MB each."""

@@ -7,7 +7,8 @@ then ``bootstrap_epsilon`` after ``pre-expected-sarsa-removal``, ``epsilon_sched
 ``pre-epsilon-schedule-removal``, and the never-measured and losing options of
 ``HOUSE_REMOVAL`` after ``pre-house-removal``, ``held_jump`` after
 ``pre-held-jump-removal``, the ``right_only_full`` action set after
-``pre-full-jump-removal``, ``explore_hold_steps`` after ``pre-explore-hold-removal``. A
+``pre-full-jump-removal``, ``explore_hold_steps`` after ``pre-explore-hold-removal``,
+``save_replay`` after ``pre-replay-switch-removal``. A
 checkpoint saved before a removal holds its fields:
 
 - at the value the code now always behaves as (``REMOVED``), or at any value where the
@@ -41,6 +42,7 @@ __all__ = [
     "OPTION_REMOVAL",
     "REMOVALS",
     "REMOVED",
+    "REPLAY_SWITCH_REMOVAL",
     "RETIRED",
     "Removal",
     "RemovedOptionError",
@@ -178,6 +180,15 @@ EXPLORE_HOLD_REMOVAL: Final = Removal(
     options={"explore_hold_steps": 1},  # 1: epsilon-greedy
 )
 
+# Saving the replay was a switch no preset, benchmark or test turned off: the replay is now
+# always saved with the final checkpoint and restored on a resume. It never changed what a
+# run learned, so a checkpoint saved with either value loads.
+REPLAY_SWITCH_REMOVAL: Final = Removal(
+    tag="pre-replay-switch-removal",
+    commit="aa23839",
+    options={"save_replay": ANY_VALUE},
+)
+
 REMOVALS: Final = (
     OPTION_REMOVAL,
     EXPECTED_SARSA_REMOVAL,
@@ -186,6 +197,7 @@ REMOVALS: Final = (
     HELD_JUMP_REMOVAL,
     FULL_JUMP_REMOVAL,
     EXPLORE_HOLD_REMOVAL,
+    REPLAY_SWITCH_REMOVAL,
 )
 # Every removed field -> the value the code now always behaves as, over all removals.
 REMOVED: Final[dict[str, Any]] = {name: now for removal in REMOVALS for name, now in removal.options.items()}

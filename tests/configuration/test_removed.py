@@ -19,6 +19,7 @@ from configuration.removed import (
     OPTION_REMOVAL,
     REMOVALS,
     REMOVED,
+    REPLAY_SWITCH_REMOVAL,
     RETIRED,
     RemovedOptionError,
     check_saved,
@@ -98,6 +99,7 @@ def test_the_table_names_exactly_the_removed_fields() -> None:
         HELD_JUMP_REMOVAL,
         FULL_JUMP_REMOVAL,
         EXPLORE_HOLD_REMOVAL,
+        REPLAY_SWITCH_REMOVAL,
     )
     # Each tag's commit (git rev-parse --short TAG): the last one that has its options.
     assert (OPTION_REMOVAL.tag, OPTION_REMOVAL.commit) == ("pre-option-removal", "8669a59")
@@ -117,6 +119,8 @@ def test_the_table_names_exactly_the_removed_fields() -> None:
     assert not FULL_JUMP_REMOVAL.options and set(FULL_JUMP_REMOVAL.retired) == {"action_set"}  # a value, not a field
     assert (EXPLORE_HOLD_REMOVAL.tag, EXPLORE_HOLD_REMOVAL.commit) == ("pre-explore-hold-removal", "75bcb34")
     assert dict(EXPLORE_HOLD_REMOVAL.options) == {"explore_hold_steps": 1}  # epsilon-greedy
+    assert (REPLAY_SWITCH_REMOVAL.tag, REPLAY_SWITCH_REMOVAL.commit) == ("pre-replay-switch-removal", "aa23839")
+    assert dict(REPLAY_SWITCH_REMOVAL.options) == {"save_replay": ANY_VALUE}  # never a learning setting
     every = (
         OPTION_REMOVAL,
         EXPECTED_SARSA_REMOVAL,
@@ -124,6 +128,7 @@ def test_the_table_names_exactly_the_removed_fields() -> None:
         HOUSE_REMOVAL,
         HELD_JUMP_REMOVAL,
         EXPLORE_HOLD_REMOVAL,
+        REPLAY_SWITCH_REMOVAL,
     )
     assert {name: now for removal in every for name, now in removal.options.items()} == REMOVED
     assert set(RETIRED) == set(OPTION_REMOVAL.retired) | set(FULL_JUMP_REMOVAL.retired)
@@ -288,3 +293,8 @@ def test_a_run_with_held_random_actions_is_refused_naming_its_commit_and_one_wit
     with pytest.raises(RemovedOptionError) as info:
         Config.from_dict(saved(explore_hold_steps=8), source="checkpoint runs/x/final.pt")
     assert str(info.value) == refusal("explore_hold_steps", 8, tag="pre-explore-hold-removal", commit="75bcb34")
+
+
+@pytest.mark.parametrize("save_replay", [True, False])
+def test_a_run_saved_with_either_replay_switch_loads_as_todays_run(save_replay: bool) -> None:
+    assert Config.from_dict(saved(save_replay=save_replay)).to_dict() == AT_THE_TAG.to_dict()

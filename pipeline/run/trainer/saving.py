@@ -7,7 +7,7 @@ marks and the replay.
 - A **mark** once the frames pass the next multiple of ``mark_interval_frames``: the
   online net there (a few frames past it), written by a worker thread; a failed write is
   reported once and that mark skipped (:func:`~pipeline.run.trainer.checkpoints.write_mark`).
-- The **replay** every ``replay_save_interval_s`` (when ``save_replay``), in the event loop
+- The **replay** every ``replay_save_interval_s`` (and with the final checkpoint), in the event loop
   itself: it must not change while it is written, and the rings hold collection meanwhile.
 
 Checkpoints and marks are played as they are saved, so their BatchNorm statistics are
@@ -90,9 +90,9 @@ class SaveSchedule:
         return await write_mark(res.paths.checkpoints, payload, mark, self.write_failures)
 
     def save_replay_if_due(self, res: RunResources) -> None:
-        """The replay, every ``replay_save_interval_s`` of a training run that saves it."""
+        """The replay, every ``replay_save_interval_s`` (> 0) of a training run."""
         cfg = self.cfg
-        if not (cfg.save_replay and cfg.replay_save_interval_s > 0):
+        if cfg.replay_save_interval_s <= 0:
             return
         if time.monotonic() - self.last_replay_save_t >= cfg.replay_save_interval_s:
             save_replay(res.replay, res.paths.checkpoints)

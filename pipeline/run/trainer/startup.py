@@ -113,7 +113,7 @@ def open_run(
     learner = build_learner(cfg, num_actions, device)
     num_collectors = cfg.num_processes if collection is None else collection.prepare(cfg)
     num_streams = num_collectors * cfg.envs_per_collector  # one ring slot per environment
-    restore = resume_path is not None and cfg.save_replay
+    restore = resume_path is not None
     if restore and (problem := saved_replay_problem(cfg, num_streams, paths.checkpoints)):
         # Said from the header, before the memory is allocated and the learner compiled.
         logger.warning("could not restore the replay (%s): resuming with an empty replay memory", problem)

@@ -346,7 +346,7 @@ class Trainer:
             )
             if self.final_checkpoint is not None:
                 self.saves.last_checkpoint_t = time.monotonic()
-            if self.cfg.save_replay and self.train_enabled:
+            if self.train_enabled:
                 save_replay(res.replay, res.paths.checkpoints)
             write_summary(root, self._summary())
         finally:
