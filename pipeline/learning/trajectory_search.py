@@ -10,14 +10,16 @@ first, and ``python main.py explore`` writes its result where a run's
 ``frontier_trajectory`` reads it.
 
 The search keeps one action sequence, up to the step of its greatest x. Each iteration
-goes back a few steps from its end (``BACKTRACK_STEPS``), appends random actions, each held for
-a geometric number of agent steps (a jump that clears a tall obstacle needs A held for
-several), and plays the sequence: a fixed stage replays the same way from the same
-actions. A sequence that gets further replaces the kept one; one that reaches the flag
-ends the search. On a Mario env a playout does not start at the level's start but at the
-last snapshot along the kept sequence before the cut
-(:mod:`pipeline.learning.trajectory_snapshots`, as the collectors' restarts do), which
-finds the same sequences for a fraction of the emulation (1-1: 4.9 times fewer steps).
+goes back a few steps from its end (``BACKTRACK_STEPS``; twice as far, and on for as many more
+steps, after every ``STALL_SEQUENCES`` that got no further, so a dead end is left by an
+earlier branch), appends random actions, each held for a geometric number of agent steps
+(a jump that clears a tall obstacle needs A held for several), and plays the sequence: a
+fixed stage replays the same way from the same actions. A sequence that gets further
+replaces the kept one; one that reaches the flag ends the search. On a Mario env a playout
+does not start at the level's start but at the last snapshot along the kept sequence
+before the cut (:mod:`pipeline.learning.trajectory_snapshots`, as the collectors' restarts
+do), which finds the same sequences for a fraction of the emulation (1-1: 4.9 times fewer
+steps).
 
 Only steps that did not end the episode count: the kept sequence never includes the
 step that lost the life (or took the flag), so replaying all of it leaves Mario alive.
@@ -34,12 +36,20 @@ import numpy as np
 from envs.snapshots import can_snapshot
 from pipeline.learning.trajectory_snapshots import TrajectorySnapshots
 
-__all__ = ["SearchResult", "play_actions", "search_trajectory"]
+__all__ = ["SearchResult", "backtrack_reach", "play_actions", "search_trajectory"]
 
 # Steps the search goes back from the kept sequence's end before exploring (uniform).
 BACKTRACK_STEPS = (5, 40)
 # Random steps appended past the cut in one iteration.
 EXTEND_STEPS = 60
+# Sequences without a further x after which the search goes back twice as far (and appends
+# as many more steps): the way on may branch off well before a dead end that is further in
+# x (1-2: the ceiling leads over the exit pipe into the warp zone, where no rightward action
+# goes on; the pipe is ~100 steps back).
+STALL_SEQUENCES = 100
+# At most this many doublings: 40 << 5 = 1,280 steps, back past the start of any World 1 stage's
+# trajectory (1-1: 537 steps).
+MAX_DOUBLINGS = 5
 # A random action is held for a geometric number of steps with this success probability
 # (mean 1/p = 3.3 steps; a 7-step hold, what a tall pipe needs, is drawn with 8 % chance).
 HOLD_P = 0.3
@@ -97,6 +107,12 @@ def random_holds(rng: np.random.Generator, num_actions: int, steps: int) -> list
     return out[:steps]
 
 
+def backtrack_reach(stalled: int) -> int:
+    """The bound (exclusive) of the steps to go back after ``stalled`` sequences without a
+    further x: ``BACKTRACK_STEPS[1]``, doubled every ``STALL_SEQUENCES`` of them."""
+    return BACKTRACK_STEPS[1] << min(stalled // STALL_SEQUENCES, MAX_DOUBLINGS)
+
+
 def search_trajectory(
     env: Any,
     rng: np.random.Generator,
@@ -111,9 +127,12 @@ def search_trajectory(
     kept = np.zeros(0, np.int16)
     result = SearchResult(kept, -1, False, 0, 0)
     snapshots = TrajectorySnapshots() if use_snapshots and can_snapshot(env) else None
+    stalled = 0  # sequences since the last further x
     for iteration in range(1, iterations + 1):
-        cut = max(0, len(kept) - int(rng.integers(*BACKTRACK_STEPS)))
-        sequence = kept[:cut].tolist() + random_holds(rng, num_actions, EXTEND_STEPS)
+        reach = backtrack_reach(stalled)
+        cut = max(0, len(kept) - int(rng.integers(BACKTRACK_STEPS[0], reach)))
+        sequence = kept[:cut].tolist() + random_holds(rng, num_actions, EXTEND_STEPS + reach - BACKTRACK_STEPS[1])
+        stalled += 1
         if snapshots is not None:
             snapshots.follow(kept)
         played_before = 0 if snapshots is None else snapshots.nearest(cut)
@@ -133,5 +152,6 @@ def search_trajectory(
         if int(playout.x_pos[furthest]) > result.best_x:
             kept = np.array(sequence[: furthest + 1], np.int16)
             result.actions, result.best_x = kept, int(playout.x_pos[furthest])
+            stalled = 0
             report(result)
     return result

@@ -3,11 +3,19 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from gymnasium import spaces
 
 from config import Config
 from envs import make_env
-from pipeline.learning.trajectory_search import SearchResult, play_actions, random_holds, search_trajectory
+from pipeline.learning import trajectory_search
+from pipeline.learning.trajectory_search import (
+    SearchResult,
+    backtrack_reach,
+    play_actions,
+    random_holds,
+    search_trajectory,
+)
 
 WALK, JUMP = 1, 2
 
@@ -27,6 +35,31 @@ class Corridor:
         self.x += moved
         died = moved and self.x == 4 and action != JUMP  # standing on it after the jump is safe
         flag = self.x == 8
+        return None, 0.0, died or flag, False, {"x_pos": self.x, "flag_get": flag}
+
+
+class DeadEnd:
+    """1-2's shape by hand: from x 2 a JUMP climbs onto an upper route that goes right to a
+    wall at x 100 (alive, no further: the warp zone); below, x 5 is a pit, and NOOP at x 4
+    enters a pipe to x 5 of an exit area whose x 7 is the flag (further in steps, never in x
+    than the dead end)."""
+
+    action_space = spaces.Discrete(3)
+
+    def reset(self):
+        self.x, self.route = 0, "low"
+        return None, {"x_pos": 0}
+
+    def step(self, action: int):
+        moved = action in (WALK, JUMP)
+        if self.route == "low" and self.x == 2 and action == JUMP:
+            self.route = "high"
+        if self.route == "low" and self.x == 4 and action == 0:
+            self.route, self.x = "exit", 5
+            return None, 0.0, False, False, {"x_pos": self.x, "flag_get": False}
+        self.x = min(self.x + moved, 100) if self.route == "high" else self.x + moved
+        died = self.route == "low" and self.x == 5
+        flag = self.route == "exit" and self.x == 7
         return None, 0.0, died or flag, False, {"x_pos": self.x, "flag_get": flag}
 
 
@@ -56,6 +89,24 @@ def test_the_search_crosses_the_pit_and_stops_at_the_flag() -> None:
     assert not replay.ended and replay.x_pos[-1] == result.best_x == 7
     assert result.actions.tolist()[replay.x_pos.tolist().index(4)] == JUMP  # onto the pit: a jump
     assert improvements == sorted(improvements) and improvements[-1] == 7
+
+
+def test_the_backtrack_doubles_every_stall_and_stops_doubling() -> None:
+    assert [backtrack_reach(n) for n in (0, 99, 100, 199, 200, 300)] == [40, 40, 80, 80, 160, 320]
+    assert backtrack_reach(10**6) == 40 << 5  # 1,280 steps: past the start of any World 1 trajectory
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_a_stalled_search_goes_back_far_enough_to_leave_a_dead_end(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    found = search_trajectory(DeadEnd(), np.random.default_rng(seed), 1000)
+    assert found.flag and found.iterations < 1000
+    replayed = DeadEnd()
+    assert not play_actions(replayed, found.actions).ended
+    assert (replayed.route, replayed.x) == ("exit", 6)  # through the pipe, a step before the flag
+    # Never going back further than 40 steps, the same search stays at the wall.
+    monkeypatch.setattr(trajectory_search, "STALL_SEQUENCES", 10**9)
+    stuck = search_trajectory(DeadEnd(), np.random.default_rng(seed), 1000)
+    assert not stuck.flag and stuck.best_x == 100
 
 
 def test_on_world_1_1_the_kept_steps_replay_alive_to_the_furthest_x() -> None:
