@@ -30,6 +30,7 @@ from configuration.validation import DEVICES as DEVICES
 from configuration.validation import MONITORS as MONITORS
 from configuration.validation import RESTART_DRAWS as RESTART_DRAWS
 from configuration.validation import SWITCH_VALUES as SWITCH_VALUES
+from configuration.validation import TRAJECTORY_SEARCH as TRAJECTORY_SEARCH
 from configuration.validation import ConfigError as ConfigError
 from configuration.validation import validate as validate
 
@@ -166,7 +167,9 @@ class Config:
     """A trajectory file (``python main.py explore`` finds one by search on the emulator) that
     each collector's furthest trajectory starts from in a fresh run, so that restarts
     (``frontier_start_share``) are drawn along it from the first episode: Go-Explore's two
-    phases. "" = the collectors' own episodes only."""
+    phases. "search": the run searches its stage as explore does, before its collectors
+    start, and keeps the file in <run>/frontier/searched.npz (one setting for every stage).
+    "" = the collectors' own episodes only."""
     frontier_start_draw: str = field(default="uniform", metadata=saved_before("uniform"))
     """Where on the trajectory a restart begins: "uniform" (every step alike) or "failures"
     (sections whose restarts fail more are drawn more: pipeline.learning.restart_draw)."""

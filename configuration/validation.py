@@ -22,6 +22,8 @@ DEVICES: tuple[str, ...] = ("cpu", "cuda", "auto")
 MONITORS: tuple[str, ...] = ("auto", "table", "log", "off")
 BACKENDS: tuple[str, ...] = ("local", "ray")
 RESTART_DRAWS: tuple[str, ...] = ("uniform", "failures")  # where a frontier restart begins
+# frontier_trajectory's value for "search the stage at the run's start" instead of a file's path.
+TRAJECTORY_SEARCH = "search"
 
 
 class ConfigError(ValueError):
@@ -176,6 +178,15 @@ def validate(cfg: Any) -> None:
                 cfg.frontier_trajectory,
                 "is only used by restarts near the frontier, which are off",
                 "add --set frontier_start_share=0.5, or leave frontier_trajectory empty",
+            )
+        )
+    if cfg.frontier_trajectory == TRAJECTORY_SEARCH and cfg.backend != "local":
+        problems.append(
+            _problem(
+                "frontier_trajectory",
+                cfg.frontier_trajectory,
+                f"searches on this machine, which backend {cfg.backend}'s collectors do not read",
+                "run python main.py explore, copy the file to every node and give its path",
             )
         )
     if cfg.frontier_start_draw not in RESTART_DRAWS:

@@ -110,6 +110,12 @@ def test_describe_lists_every_field_with_its_source():
             "frontier_trajectory",
             "add --set frontier_start_share=0.5",
         ),
+        (
+            {"frontier_trajectory": "search", "frontier_start_share": 0.5, "env_id": "SuperMarioBros-1-3-v0"}
+            | {"backend": "ray"},
+            "frontier_trajectory",
+            "copy the file to every node",
+        ),
         ({"frontier_demo_steps": -1}, "frontier_demo_steps", "must be >= 0"),
         (
             {"frontier_demo_steps": 16, "env_id": "SuperMarioBros-1-3-v0"},

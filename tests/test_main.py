@@ -77,11 +77,13 @@ def test_help_lists_every_command_in_one_line_each_and_training_runs_without_one
 
 @pytest.mark.slow
 def test_a_short_run_on_mario_trains_saves_and_its_checkpoint_plays(tmp_path):
-    """The whole system on the real game: one real collector on the 1-1 emulator, the
-    learner training past learning_starts, a checkpoint, and `eval` playing it."""
+    """The whole system on the real game: the run's own search for 1-1's flag
+    (frontier_trajectory=search), one real collector on the 1-1 emulator restarting along
+    it, the learner training past learning_starts, a checkpoint, and `eval` playing it."""
     import csv
 
     from pipeline.learning.checkpoint import load_checkpoint
+    from pipeline.learning.frontier import read_trajectory, stage_signature
     from pipeline.transport.segments import project_segments, run_tag
     from tests.conftest import run_main as run_to_end
 
@@ -89,18 +91,26 @@ def test_a_short_run_on_mario_trains_saves_and_its_checkpoint_plays(tmp_path):
     train = run_to_end(
         ["--preset", "cpu", "--num-processes", "1", "--set", "envs_per_collector=2", "--set", "learning_starts=500"]
         + ["--no-compile", "--no-amp", "--eval-interval", "0", "--total-frames", str(frames), "--monitor", "log"]
-        + ["--run-dir", str(tmp_path), "--run-name", "mario"],
+        + ["--run-dir", str(tmp_path), "--run-name", "mario"]
+        + ["--set", "frontier_start_share=0.5", "--set", "frontier_trajectory=search"],
         cwd=ROOT,
         timeout_s=900,
     )
     assert train.returncode == 0, train.stderr[-3000:]
     run = tmp_path / "mario"
+    # The search found the flag before the collector started (1-1's flag is at x 3,161) ...
+    signature = stage_signature("SuperMarioBros-1-1-v0", "right_only", 4)
+    searched, searched_x = read_trajectory(run / "frontier" / "searched.npz", signature)
+    assert searched_x > 3000 and "startup: the flag in" in train.stdout + train.stderr
+    # ... and the collector's furthest trajectory started from it: kept, or beaten.
+    assert read_trajectory(run / "frontier" / "collector-0.npz", signature)[1] >= searched_x
     with open(run / "metrics.csv", newline="") as handle:
         last = list(csv.DictReader(handle))[-1]
     # Learning starts at 500 transitions (2,000 frames: one transition per 4 frames); from
     # there replay ratio 4 with batches of 32 is an update per 8 transitions.
     assert float(last["frames"]) >= frames
     assert float(last["updates"]) >= (frames / 4 - 500) * 4 / 32 * 0.9, last
+    assert float(last["replayed_frames"]) > 0  # restarts along the trajectory
     assert not project_segments(run_tag(run))
     final = sorted((run / "checkpoints").glob("ckpt-*.pt"), key=lambda p: int(p.stem.split("-")[1]))[-1]
     saved = load_checkpoint(final)

@@ -129,6 +129,7 @@ class NodeAgent:
             log_path=str(self.log_dir / f"collector-{index}.log"),
             slots=tuple(range(index * self.k, (index + 1) * self.k)),
             collectors_before=self.position * self.cfg.num_processes,
+            start_trajectory=self.cfg.frontier_trajectory,  # a path: the search is refused on Ray
         )
 
     # -- lifecycle --------------------------------------------------------------------------

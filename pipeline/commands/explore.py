@@ -17,8 +17,6 @@ import argparse
 import time
 from pathlib import Path
 
-import numpy as np
-
 from pipeline.common.errors import OneLineParser, UserError
 
 __all__ = ["build_parser", "explore_command"]
@@ -45,9 +43,7 @@ def explore_command(argv: list[str]) -> int:
     from config import Config, ConfigError, validate
     from envs.ids import parse_env_id
     from pipeline.common.files import check_output_path
-    from pipeline.learning.episode_loop import build_env
-    from pipeline.learning.frontier import stage_signature, write_trajectory
-    from pipeline.learning.trajectory_search import SearchResult, search_trajectory
+    from pipeline.learning.trajectory_search import SearchResult, search_stage
 
     args = build_parser().parse_args(argv)
     if args.iterations < 1:
@@ -69,7 +65,6 @@ def explore_command(argv: list[str]) -> int:
         )
     out = Path(args.out or Path(cfg.run_dir) / "trajectories" / f"{cfg.env_id}.npz")
     check_output_path(out, (".npz",), "trajectory")
-    env = build_env(cfg, seed=args.seed)
     started = time.perf_counter()
 
     def report(result: SearchResult) -> None:
@@ -80,15 +75,11 @@ def explore_command(argv: list[str]) -> int:
             flush=True,
         )
 
-    try:
-        result = search_trajectory(env, np.random.default_rng(args.seed), args.iterations, report)
-    finally:
-        env.close()
+    result = search_stage(cfg, out, args.seed, args.iterations, report)
     if result.best_x < 0:
         raise UserError(
             f"explore: no step of {args.iterations} sequences stayed alive on {cfg.env_id}; nothing written"
         )
-    write_trajectory(out, result.actions, result.best_x, stage_signature(cfg.env_id, cfg.action_set, cfg.frame_skip))
     ending = "its next step takes the flag" if result.flag else "no flag yet (more --iterations search further)"
     print(
         f"wrote {out}: {len(result.actions)} steps of {cfg.env_id} ({cfg.action_set}) to x {result.best_x}, {ending}; "

@@ -29,15 +29,22 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from config import Config
 from envs.snapshots import can_snapshot
+from pipeline.learning.episode_loop import build_env
+from pipeline.learning.frontier import stage_signature, write_trajectory
 from pipeline.learning.trajectory_snapshots import TrajectorySnapshots
 
-__all__ = ["SearchResult", "backtrack_reach", "play_actions", "search_trajectory"]
+__all__ = ["SEARCH_SEQUENCES", "SearchResult", "backtrack_reach", "play_actions", "search_stage", "search_trajectory"]
 
+# Sequences a search plays at most unless told (``explore --iterations``): 1-2, the longest
+# search of World 1, found its flag in 228.
+SEARCH_SEQUENCES = 2000
 # Steps the search goes back from the kept sequence's end before exploring (uniform).
 BACKTRACK_STEPS = (5, 40)
 # Random steps appended past the cut in one iteration.
@@ -154,4 +161,26 @@ def search_trajectory(
             result.actions, result.best_x = kept, int(playout.x_pos[furthest])
             stalled = 0
             report(result)
+    return result
+
+
+def search_stage(
+    cfg: Config,
+    out: Path,
+    seed: int,
+    iterations: int = SEARCH_SEQUENCES,
+    report: Callable[[SearchResult], None] = lambda result: None,
+) -> SearchResult:
+    """Search ``cfg``'s stage (its env, action set and frame skip) with the generator of
+    ``seed`` and write the kept sequence to ``out`` (a trajectory file, atomically), unless
+    no step stayed alive (``best_x`` < 0). What ``explore`` and a run with
+    ``frontier_trajectory=search`` do."""
+    env = build_env(cfg, seed=seed)
+    try:
+        result = search_trajectory(env, np.random.default_rng(seed), iterations, report)
+    finally:
+        env.close()
+    if result.best_x >= 0:
+        signature = stage_signature(cfg.env_id, cfg.action_set, cfg.frame_skip)
+        write_trajectory(out, result.actions, result.best_x, signature)
     return result

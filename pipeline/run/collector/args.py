@@ -29,6 +29,9 @@ class CollectorArgs:
     # Where the furthest trajectory of frontier starts is kept across restarts and resumes
     # ("" keeps it in memory: it is lost with the process).
     frontier_path: str = ""
+    # The trajectory file its furthest trajectory starts from in a fresh run ("" = none):
+    # frontier_trajectory's, or the one the run searched (frontier_trajectory=search).
+    start_trajectory: str = ""
     # Collectors of the run numbered before this machine's (the Ray backend's earlier node
     # places): seeds follow the run-wide number, so no two collectors of a run draw the
     # same episodes and exploration, and a collector seeds as the local one of its number.

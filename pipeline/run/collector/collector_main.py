@@ -174,7 +174,7 @@ class Collector:
                 path=args.frontier_path,
                 recorded_with=stage_signature(self.cfg.env_id, self.cfg.action_set, self.cfg.frame_skip),
                 log=logger,
-                start_from=self.cfg.frontier_trajectory,
+                start_from=args.start_trajectory,
                 draw=self.cfg.frontier_start_draw,
             )
             capacity = self.cfg.max_episode_steps or MAX_TRACE_STEPS

@@ -3,7 +3,9 @@
 The pieces that :func:`~pipeline.run.trainer.startup.open_run` builds a run from, in its
 order; main.py reads :func:`check_resume` and :class:`TrainingError` from here too.
 
-- :class:`RunPaths`: the run directory's layout (checkpoints, logs).
+- :class:`RunPaths`: the run directory's layout (checkpoints, logs, frontier).
+- :func:`start_trajectory`, :func:`search_start_trajectory`: the trajectory file the
+  collectors' restarts start along (``frontier_trajectory``'s, or the run's own search).
 - :func:`new_run_root`, :func:`resolve_resume`, :func:`latest_checkpoint`: the run
   directory of a fresh run, or the checkpoint and directory that ``--resume`` names.
 - :func:`load_resume_checkpoint`: reads and checks that checkpoint before anything is
@@ -32,7 +34,7 @@ import numpy as np
 import torch
 
 import envs
-from config import NETWORK_FIELDS, RUN_ONLY_FIELDS, SAVED_BEFORE, Config
+from config import NETWORK_FIELDS, RUN_ONLY_FIELDS, SAVED_BEFORE, TRAJECTORY_SEARCH, Config
 from configuration.resolution import resolve_config
 from pipeline.common.cores import learner_thread_range
 from pipeline.common.errors import UserError
@@ -45,6 +47,7 @@ from pipeline.learning.learner_settings import LearnerSettings
 from pipeline.learning.policy import network_of
 from pipeline.learning.replay import ReplayFileError, ReplayMemory
 from pipeline.learning.replay_store import ReplayReader
+from pipeline.learning.trajectory_search import search_stage
 from pipeline.run.machine.preflight import RunLock, check_machine
 from pipeline.run.monitor.monitor import Monitor
 
@@ -73,9 +76,39 @@ class RunPaths:
         """Each collector's furthest trajectory (frontier starts), kept for a resume."""
         return self.root / "frontier"
 
+    @property
+    def searched_trajectory(self) -> Path:
+        """The trajectory a run with ``frontier_trajectory=search`` found at its start."""
+        return self.frontier / "searched.npz"
+
     def make(self) -> None:
         self.checkpoints.mkdir(parents=True, exist_ok=True)
         self.logs.mkdir(parents=True, exist_ok=True)
+
+
+def start_trajectory(cfg: Config, paths: RunPaths) -> str:
+    """The trajectory file the collectors' furthest trajectories start from ("" = none)."""
+    return str(paths.searched_trajectory) if cfg.frontier_trajectory == TRAJECTORY_SEARCH else cfg.frontier_trajectory
+
+
+def search_start_trajectory(cfg: Config, paths: RunPaths, monitor: Monitor) -> None:
+    """With ``frontier_trajectory=search``: search the stage as ``explore`` does (seeded by the
+    run's seed) unless the run found one before (a resume); said on the monitor."""
+    out = paths.searched_trajectory
+    if cfg.frontier_trajectory != TRAJECTORY_SEARCH or out.exists():
+        return
+    monitor.announce(f"startup: searching {cfg.env_id} for a trajectory to its flag (frontier_trajectory=search)")
+    started = time.perf_counter()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    found = search_stage(cfg, out, cfg.seed)
+    if found.best_x < 0:
+        raise TrainingError(
+            f"frontier_trajectory=search: no step stayed alive on {cfg.env_id}; give a file from python main.py explore"
+        )
+    monitor.announce(
+        f"startup: {'the flag' if found.flag else f'no flag, x {found.best_x}'} in {len(found.actions)} steps "
+        f"after {found.iterations} sequences, {time.perf_counter() - started:.0f} s; restarts start along {out}"
+    )
 
 
 def new_run_root(cfg: Config) -> Path:
@@ -298,7 +331,7 @@ def warm_up_learner(learner: Learner, cfg: Config, device: torch.device, monitor
 
 def check_machine_and_lock(cfg: Config, root: Path, num_actions: int) -> RunLock:
     """The preflight checks, then the run directory's lock: raised as one line, before anything exists."""
-    if cfg.frontier_trajectory:  # read by every collector: a bad file fails here, in one line
+    if cfg.frontier_trajectory not in ("", TRAJECTORY_SEARCH):  # read by every collector: a bad file fails here
         try:
             read_trajectory(cfg.frontier_trajectory, stage_signature(cfg.env_id, cfg.action_set, cfg.frame_skip))
         except TrajectoryError as exc:

@@ -49,7 +49,9 @@ from pipeline.run.trainer.pieces import (
     new_run_root,
     restore_replay,
     saved_replay_problem,
+    search_start_trajectory,
     seed_and_threads,
+    start_trajectory,
     warm_up_learner,
 )
 from pipeline.run.trainer.resources import RunResources, slots_of
@@ -138,6 +140,7 @@ def open_run(
     releases.callback(_close_monitor, monitor, write_failures, paths.root)
     monitor.start_display()
     monitor.announce(f"run directory {paths.root}")
+    search_start_trajectory(cfg, paths, monitor)  # before the collectors, which start along it
     warmup_s = warm_up_learner(learner, cfg, device, monitor) if train else None
     interrupts.check()  # a Ctrl-C during the warm-up that torch swallowed
 
@@ -208,6 +211,7 @@ def collector_args(cfg: Config, paths: RunPaths, ring_name: str, weights_name: s
         log_path=str(paths.logs / f"collector-{collector}.log"),
         slots=slots_of(collector, cfg.envs_per_collector),
         frontier_path=str(paths.frontier / f"collector-{collector}.npz"),
+        start_trajectory=start_trajectory(cfg, paths),
     )
 
 

@@ -34,6 +34,7 @@ def one_collector(
     heartbeat_timeout_s: float = 60.0,
     episode_cells: int = 16,
     frontier_path: str = "",
+    start_trajectory: str = "",
 ) -> Iterator[tuple[R.TransitionRing, W.WeightsBlock, S.Supervisor]]:
     """Yield ``(ring, weights, supervisor)`` for one collector stepping ``cfg.envs_per_collector`` envs."""
     layout = R.RingLayout(num_slots=cfg.envs_per_collector, capacity=cfg.ring_capacity, episode_cells=episode_cells)
@@ -54,6 +55,7 @@ def one_collector(
             log_path=log_path,
             slots=tuple(range(cfg.envs_per_collector)),
             frontier_path=frontier_path,
+            start_trajectory=start_trajectory,
         )
 
     supervisor = S.Supervisor(ring.slots[:1], make_args, heartbeat_timeout_s=heartbeat_timeout_s)

@@ -42,7 +42,14 @@ def collect(
     summaries: list[episode_channel.EpisodeSummary] = []
     # Random actions (epsilon 1): varied trajectories.
     with one_collector(
-        cfg, net, tag=TAG, log_path=log_path, epsilon=1.0, heartbeat_timeout_s=120.0, frontier_path=frontier_path
+        cfg,
+        net,
+        tag=TAG,
+        log_path=log_path,
+        epsilon=1.0,
+        heartbeat_timeout_s=120.0,
+        frontier_path=frontier_path,
+        start_trajectory=cfg.frontier_trajectory,
     ) as (
         ring,
         weights,
