@@ -161,15 +161,16 @@ class Config:
     """Share of training episodes that start at a point of the collector's furthest
     trajectory so far instead of the level's start (Go-Explore's return-then-explore; the
     collector replays the recorded actions to get there: replayed_frames counts the cost).
-    0 = off; needs a fixed-stage or full-game Mario id. Evaluation always starts at the
-    level's start."""
+    0 = off; needs a Mario id (random stages keep a trajectory per stage). Evaluation always
+    starts at the level's start."""
     frontier_trajectory: str = field(default="", metadata=saved_before(""))
     """A trajectory file (``python main.py explore`` finds one by search on the emulator) that
     each collector's furthest trajectory starts from in a fresh run, so that restarts
     (``frontier_start_share``) are drawn along it from the first episode: Go-Explore's two
-    phases. "search": the run searches its stage as explore does, before its collectors
-    start, and keeps the file in <run>/frontier/searched.npz (one setting for every stage).
-    "" = the collectors' own episodes only."""
+    phases. "search": the run searches its stage (each of a random-stages run's) as explore
+    does, before its collectors start, and keeps the file in <run>/frontier/searched.npz
+    (searched-W-S.npz per stage): one setting for every stage. "" = the collectors' own
+    episodes only."""
     frontier_start_draw: str = field(default="uniform", metadata=saved_before("uniform"))
     """Where on the trajectory a restart begins: "uniform" (every step alike) or "failures"
     (sections whose restarts fail more are drawn more: pipeline.learning.restart_draw)."""

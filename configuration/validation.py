@@ -55,12 +55,7 @@ def _env_kind(env_id: str) -> str | None:
 def _frontier_start_unfit(env_id: str) -> str | None:
     """What makes ``env_id`` unfit for restarts near the frontier (None: fit, or an invalid
     id, which the env id check reports)."""
-    kind = _env_kind(env_id)
-    if kind == "catch":
-        return "Catch (it has no x position)"
-    if kind == "mario_random_stages":
-        return "random stages (each reset draws another stage)"
-    return None
+    return "Catch (it has no x position)" if _env_kind(env_id) == "catch" else None
 
 
 def validate(cfg: Any) -> None:
@@ -178,6 +173,15 @@ def validate(cfg: Any) -> None:
                 cfg.frontier_trajectory,
                 "is only used by restarts near the frontier, which are off",
                 "add --set frontier_start_share=0.5, or leave frontier_trajectory empty",
+            )
+        )
+    if cfg.frontier_trajectory not in ("", TRAJECTORY_SEARCH) and _env_kind(cfg.env_id) == "mario_random_stages":
+        problems.append(
+            _problem(
+                "frontier_trajectory",
+                cfg.frontier_trajectory,
+                "is one stage's trajectory; random stages restart along one trajectory per stage",
+                "use search (each stage searched at the run's start), or leave it empty",
             )
         )
     if cfg.frontier_trajectory == TRAJECTORY_SEARCH and cfg.backend != "local":

@@ -135,9 +135,10 @@ def test_describe_lists_every_field_with_its_source():
         ({"bn_calibration_states": 0}, "bn_calibration_states", ">= 1"),  # the running average went
         ({"bn_calibration_states": -1}, "bn_calibration_states", "use 1024"),
         (
-            {"frontier_start_share": 0.5, "env_id": "SuperMarioBrosRandomStages-v0"},
-            "frontier_start_share",
-            "random stages",
+            {"frontier_start_share": 0.5, "env_id": "SuperMarioBrosRandomStages-v0"}
+            | {"frontier_trajectory": "runs/trajectories/SuperMarioBros-1-3-v0.npz"},
+            "frontier_trajectory",
+            "use search (each stage searched at the run's start)",
         ),
         ({"env_id": "SuperMarioBrosRandomStages-v0", "stages": ","}, "stages=','", "lists no stage"),
         ({"env_id": "SuperMarioBrosRandomStages-v0", "stages": " "}, "stages=' '", "e.g. 1-1,1-2,1-3,1-4"),
@@ -161,10 +162,13 @@ def test_invalid_values_name_field_value_rule_and_fix(overrides, field, fragment
     assert field in message and fragment in message
 
 
-def test_frontier_starts_are_accepted_on_a_fixed_stage_and_the_full_game():
-    for env_id in ("SuperMarioBros-1-1-v0", "SuperMarioBros-v0"):
+def test_frontier_starts_are_accepted_on_a_fixed_stage_the_full_game_and_random_stages():
+    for env_id in ("SuperMarioBros-1-1-v0", "SuperMarioBros-v0", "SuperMarioBrosRandomStages-v0"):
         cfg = resolve_config({"frontier_start_share": 0.5, "env_id": env_id}, preset="cpu", knobs={}).config
         assert cfg.frontier_start_share == 0.5
+    random_stages = {"env_id": "SuperMarioBrosRandomStages-v0", "stages": "1-1,1-3", "frontier_trajectory": "search"}
+    cfg = resolve_config({"frontier_start_share": 0.5, **random_stages}, preset="cpu", knobs={}).config
+    assert cfg.frontier_trajectory == "search"
 
 
 def test_a_stage_list_is_accepted_with_random_stages_and_reaches_the_env_settings():

@@ -181,6 +181,7 @@ def search_stage(
     finally:
         env.close()
     if result.best_x >= 0:
+        out.parent.mkdir(parents=True, exist_ok=True)
         signature = stage_signature(cfg.env_id, cfg.action_set, cfg.frame_skip)
         write_trajectory(out, result.actions, result.best_x, signature)
     return result

@@ -7,10 +7,12 @@
   slot it writes to, and its episode's state.
 - :mod:`~pipeline.run.collector.frontier_starts`: an episode that begins on the furthest
   trajectory so far, reached by replaying its recorded actions.
+- :mod:`~pipeline.run.collector.stage_frontiers`: the furthest trajectory and its starter
+  per stage (one for a fixed stage, one per stage drawn for random stages).
 - :mod:`~pipeline.run.collector.supervisor`: starts the collector processes, watches
   their heartbeats, restarts them and stops them.
 
-``process``, ``env_stream`` and ``frontier_starts`` run in each collector process; the
+``process``, ``env_stream``, ``frontier_starts`` and ``stage_frontiers`` run in each collector process; the
 supervisor runs in the process that owns the rings: the learner process, or a node
 agent of the Ray backend (:mod:`pipeline.cluster.node_agent`). Uses
 :mod:`pipeline.transport` and :mod:`pipeline.learning`, and nothing else of the run layer.

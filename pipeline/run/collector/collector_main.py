@@ -44,11 +44,11 @@ from pipeline.common.child import ParentWatch
 from pipeline.common.priority import yield_to_learner
 from pipeline.common.seeds import stream_seed
 from pipeline.learning.exploration import epsilon_greedy
-from pipeline.learning.frontier import EpisodeTrace, FrontierArchive, stage_signature
+from pipeline.learning.frontier import EpisodeTrace
 from pipeline.run.collector.args import CollectorArgs
 from pipeline.run.collector.env_failures import EnvFailures, InjectedFaults
 from pipeline.run.collector.env_stream import EnvStream
-from pipeline.run.collector.frontier_starts import FrontierStarter
+from pipeline.run.collector.stage_frontiers import StageFrontiers
 from pipeline.transport import episodes as episode_channel
 from pipeline.transport import ring as R
 from pipeline.transport.records import FLAG_FINAL, FLAG_START, FLAG_TERMINATED, FLAG_TRUNCATED
@@ -164,25 +164,13 @@ class Collector:
             self.streams.append(EnvStream(self._build_env(seed), slot, seed, self.stacks[k]))
         self.num_actions = int(self.streams[0].env.action_space.n)
         self.model = network_of(self.cfg, self.num_actions).eval()
-        # Restarts near the frontier: the collector's furthest trajectory, each env's trace.
-        self.frontier: FrontierArchive | None = None
-        self.frontier_starter: FrontierStarter | None = None
+        # Restarts near the frontier: the collector's furthest trajectory per stage, each env's trace.
+        self.frontiers: StageFrontiers | None = None
         if self.cfg.frontier_start_share > 0:
-            self.frontier = FrontierArchive(
-                self.cfg.frontier_start_share,
-                self.rng,
-                path=args.frontier_path,
-                recorded_with=stage_signature(self.cfg.env_id, self.cfg.action_set, self.cfg.frame_skip),
-                log=logger,
-                start_from=args.start_trajectory,
-                draw=self.cfg.frontier_start_draw,
-            )
+            self.frontiers = StageFrontiers(self.cfg, self.rng, args, self.counters, self.weights, logger)
             capacity = self.cfg.max_episode_steps or MAX_TRACE_STEPS
             for stream in self.streams:
                 stream.trace = EpisodeTrace(capacity)
-            self.frontier_starter = FrontierStarter(
-                self.frontier, self.cfg, self.counters, self.weights, logger, args.slot
-            )
         self.loader = StateLoader(self.model)
         if self.loader.num_floats != self.weights.num_floats:
             raise RuntimeError(
@@ -252,13 +240,13 @@ class Collector:
 
     def _reset(self, stream: EnvStream) -> bool:
         try:
-            obs, _ = stream.env.reset(seed=stream.seed if stream.first_reset else None)
+            obs, info = stream.env.reset(seed=stream.seed if stream.first_reset else None)
             stream.replayed_steps = 0
             stream.demo_actions, stream.demo_played = [], 0
-            if self.frontier_starter is not None:
+            if self.frontiers is not None:
                 assert stream.trace is not None
                 stream.trace.clear()
-                start = self.frontier_starter.start(stream, obs)
+                start = self.frontiers.start(stream, obs, info)
                 if start is None:
                     raise _Stop
                 obs = start
@@ -334,11 +322,8 @@ class Collector:
                     stream.trace.append(action, int(info["x_pos"]))
                 if done:
                     self._write(stream.slot, next_obs, 0, 0.0, FLAG_FINAL)
-                    if stream.trace is not None:
-                        frontier = self.frontier
-                        assert frontier is not None
-                        frontier.record_restart(stream.trace, stream.policy_start, bool(info.get("flag_get", False)))
-                        frontier.offer(stream.trace)
+                    if self.frontiers is not None:
+                        self.frontiers.finish(stream, bool(info.get("flag_get", False)))
                 stream.counters.steps = stream.steps
                 stream.counters.frames = stream.frames
                 te = perf()
@@ -394,9 +379,9 @@ class Collector:
         # Drop every view into the ring so its segment can close (the frontier starter
         # holds the slot's counters too).
         self.home = self.counters = None  # type: ignore[assignment]
-        self.frontier_starter = None
-        if getattr(self, "frontier", None) is not None:
-            self.frontier.report_restarts()  # type: ignore[union-attr]
+        if getattr(self, "frontiers", None) is not None:
+            self.frontiers.report_restarts()  # type: ignore[union-attr]
+        self.frontiers = None
         self.streams = []
         if getattr(self, "weights", None) is not None:
             self.weights.close()

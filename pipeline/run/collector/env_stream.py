@@ -34,6 +34,7 @@ class EnvStream:
         self.preprocess_done_ns = 0  # preprocessing time of envs of this stream already replaced
         self.trace: EpisodeTrace | None = None  # the episode's actions from the level's start
         self.replayed_steps = 0  # steps replayed to this episode's start point
+        self.stage = ""  # the episode's stage, "W-S" (frontier starts: whose archive it feeds)
         # The trajectory's actions this episode plays first, recorded as its own
         # (frontier_demo_steps), and how many it has played; the policy acts after them.
         self.demo_actions: list[int] = []

@@ -36,6 +36,7 @@ import torch
 import envs
 from config import NETWORK_FIELDS, RUN_ONLY_FIELDS, SAVED_BEFORE, TRAJECTORY_SEARCH, Config
 from configuration.resolution import resolve_config
+from envs.ids import parse_env_id
 from pipeline.common.cores import learner_thread_range
 from pipeline.common.errors import UserError
 from pipeline.learning.checkpoint import CHECKPOINT_PATTERN, CheckpointError, check_compatible, load_checkpoint
@@ -48,6 +49,7 @@ from pipeline.learning.policy import network_of
 from pipeline.learning.replay import ReplayFileError, ReplayMemory
 from pipeline.learning.replay_store import ReplayReader
 from pipeline.learning.trajectory_search import search_stage
+from pipeline.run.collector.stage_frontiers import stage_file
 from pipeline.run.machine.preflight import RunLock, check_machine
 from pipeline.run.monitor.monitor import Monitor
 
@@ -92,23 +94,36 @@ def start_trajectory(cfg: Config, paths: RunPaths) -> str:
 
 
 def search_start_trajectory(cfg: Config, paths: RunPaths, monitor: Monitor) -> None:
-    """With ``frontier_trajectory=search``: search the stage as ``explore`` does (seeded by the
-    run's seed) unless the run found one before (a resume); said on the monitor."""
-    out = paths.searched_trajectory
-    if cfg.frontier_trajectory != TRAJECTORY_SEARCH or out.exists():
+    """With ``frontier_trajectory=search``: search the stage (each stage of a random-stages
+    run, into :func:`stage_file`'s name) as ``explore`` does, seeded by the run's seed,
+    unless the run found it before (a resume); said on the monitor."""
+    if cfg.frontier_trajectory != TRAJECTORY_SEARCH:
         return
-    monitor.announce(f"startup: searching {cfg.env_id} for a trajectory to its flag (frontier_trajectory=search)")
-    started = time.perf_counter()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    found = search_stage(cfg, out, cfg.seed)
-    if found.best_x < 0:
-        raise TrainingError(
-            f"frontier_trajectory=search: no step stayed alive on {cfg.env_id}; give a file from python main.py explore"
+    searched = paths.searched_trajectory
+    if parse_env_id(cfg.env_id).kind == "mario_random_stages":
+        wanted = [
+            (Config(**{**cfg.to_dict(), "env_id": env_id, "stages": ""}), Path(stage_file(str(searched), stage)))
+            for stage, env_id in envs.evaluation_stages(cfg.env_id, cfg.stages)
+        ]
+    else:
+        wanted = [(cfg, searched)]
+    for stage_cfg, out in wanted:
+        if out.exists():
+            continue
+        monitor.announce(
+            f"startup: searching {stage_cfg.env_id} for a trajectory to its flag (frontier_trajectory=search)"
         )
-    monitor.announce(
-        f"startup: {'the flag' if found.flag else f'no flag, x {found.best_x}'} in {len(found.actions)} steps "
-        f"after {found.iterations} sequences, {time.perf_counter() - started:.0f} s; restarts start along {out}"
-    )
+        started = time.perf_counter()
+        found = search_stage(stage_cfg, out, cfg.seed)
+        if found.best_x < 0:
+            raise TrainingError(
+                f"frontier_trajectory=search: no step stayed alive on {stage_cfg.env_id}; "
+                "give a file from python main.py explore"
+            )
+        monitor.announce(
+            f"startup: {'the flag' if found.flag else f'no flag, x {found.best_x}'} in {len(found.actions)} steps "
+            f"after {found.iterations} sequences, {time.perf_counter() - started:.0f} s; restarts start along {out}"
+        )
 
 
 def new_run_root(cfg: Config) -> Path:

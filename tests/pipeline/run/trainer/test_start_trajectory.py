@@ -60,3 +60,28 @@ def test_a_run_with_a_file_or_none_searches_nothing(tmp_path) -> None:
     for cfg in (Config(), Config(frontier_start_share=0.5, frontier_trajectory="explored.npz")):
         search_start_trajectory(cfg, paths, monitor)  # type: ignore[arg-type]
     assert not paths.frontier.exists() and monitor.lines == []
+
+
+def test_a_random_stages_run_searches_each_of_its_stages(tmp_path) -> None:
+    cfg = Config(
+        env_id="SuperMarioBrosRandomStages-v0",
+        stages="1-1,1-4",
+        frontier_start_share=0.5,
+        frontier_trajectory="search",
+        seed=0,
+    )
+    paths = RunPaths(tmp_path / "run")
+    monitor = Announced()
+    search_start_trajectory(cfg, paths, monitor)  # type: ignore[arg-type]
+    assert sorted(p.name for p in paths.frontier.iterdir()) == ["searched-1-1.npz", "searched-1-4.npz"]
+    for stage in ("1-1", "1-4"):
+        stage_cfg = Config(env_id=f"SuperMarioBros-{stage}-v0")
+        actions, best_x = read_trajectory(
+            paths.frontier / f"searched-{stage}.npz", stage_signature(stage_cfg.env_id, cfg.action_set, cfg.frame_skip)
+        )
+        explored = search_stage(stage_cfg, tmp_path / f"explored-{stage}.npz", seed=0)
+        assert explored.flag and np.array_equal(actions, explored.actions) and best_x == explored.best_x
+    assert [line.split(" for ")[0] for line in monitor.lines[::2]] == [
+        "startup: searching SuperMarioBros-1-1-v0",
+        "startup: searching SuperMarioBros-1-4-v0",
+    ]
