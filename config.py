@@ -28,7 +28,6 @@ from configuration.removed import check_saved
 from configuration.validation import BACKENDS as BACKENDS
 from configuration.validation import DEVICES as DEVICES
 from configuration.validation import MONITORS as MONITORS
-from configuration.validation import RESTART_DRAWS as RESTART_DRAWS
 from configuration.validation import SWITCH_VALUES as SWITCH_VALUES
 from configuration.validation import TRAJECTORY_SEARCH as TRAJECTORY_SEARCH
 from configuration.validation import ConfigError as ConfigError
@@ -171,9 +170,6 @@ class Config:
     does, before its collectors start, and keeps the file in <run>/frontier/searched.npz
     (searched-W-S.npz per stage): one setting for every stage. "" = the collectors' own
     episodes only."""
-    frontier_start_draw: str = field(default="uniform", metadata=saved_before("uniform"))
-    """Where on the trajectory a restart begins: "uniform" (every step alike) or "failures"
-    (sections whose restarts fail more are drawn more: pipeline.learning.restart_draw)."""
     frontier_demo_steps: int = field(default=0, metadata=saved_before(0))
     """Steps of the trajectory a restart plays before the policy takes over, recorded as
     transitions of its episode: the episode starts that many steps before the drawn step,

@@ -21,7 +21,6 @@ SWITCH_VALUES: tuple[str, ...] = ("auto", "on", "off")  # compile and amp
 DEVICES: tuple[str, ...] = ("cpu", "cuda", "auto")
 MONITORS: tuple[str, ...] = ("auto", "table", "log", "off")
 BACKENDS: tuple[str, ...] = ("local", "ray")
-RESTART_DRAWS: tuple[str, ...] = ("uniform", "failures")  # where a frontier restart begins
 # frontier_trajectory's value for "search the stage at the run's start" instead of a file's path.
 TRAJECTORY_SEARCH = "search"
 
@@ -191,24 +190,6 @@ def validate(cfg: Any) -> None:
                 cfg.frontier_trajectory,
                 f"searches on this machine, which backend {cfg.backend}'s collectors do not read",
                 "run python main.py explore, copy the file to every node and give its path",
-            )
-        )
-    if cfg.frontier_start_draw not in RESTART_DRAWS:
-        problems.append(
-            _problem(
-                "frontier_start_draw",
-                cfg.frontier_start_draw,
-                f"must be one of {', '.join(RESTART_DRAWS)}",
-                "use uniform, or failures to restart where restarts fail",
-            )
-        )
-    elif cfg.frontier_start_draw != "uniform" and cfg.frontier_start_share == 0:
-        problems.append(
-            _problem(
-                "frontier_start_draw",
-                cfg.frontier_start_draw,
-                "is only used by restarts near the frontier, which are off",
-                "add --set frontier_start_share=0.5, or leave frontier_start_draw at uniform",
             )
         )
     if isinstance(cfg.frontier_demo_steps, int) and cfg.frontier_demo_steps < 0:

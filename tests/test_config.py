@@ -122,16 +122,6 @@ def test_describe_lists_every_field_with_its_source():
             "frontier_demo_steps",
             "add --set frontier_start_share=0.5",
         ),
-        (
-            {"frontier_start_draw": "failures", "env_id": "SuperMarioBros-1-3-v0"},
-            "frontier_start_draw",
-            "add --set frontier_start_share=0.5",
-        ),
-        (
-            {"frontier_start_draw": "backward", "frontier_start_share": 0.5, "env_id": "SuperMarioBros-1-3-v0"},
-            "frontier_start_draw",
-            "must be one of uniform, failures",
-        ),
         ({"bn_calibration_states": 0}, "bn_calibration_states", ">= 1"),  # the running average went
         ({"bn_calibration_states": -1}, "bn_calibration_states", "use 1024"),
         (

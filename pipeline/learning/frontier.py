@@ -17,9 +17,7 @@ frame counter), so it resets as usual and replays the recorded actions from the 
 The archive keeps one trajectory: the action sequence from the level's start up to the
 step where its x position was greatest (before the step that ended it), of the episode
 that went furthest. An episode restarts at a uniform step of it, so every obstacle on the
-way is met in proportion to the steps the agent spent in front of it; or, with
-``draw="failures"``, at a step where restarts have been failing
-(:mod:`pipeline.learning.restart_draw`).
+way is met in proportion to the steps the agent spent in front of it.
 
 Evaluation always starts from the level's start.
 
@@ -44,13 +42,10 @@ from pathlib import Path
 
 import numpy as np
 
-from config import RESTART_DRAWS
 from pipeline.common.files import atomic_write
-from pipeline.learning.restart_draw import FailureWeightedDraw
 
 logger = logging.getLogger(__name__)
 
-LOG_EVERY_RESTARTS = 200  # restart outcomes between log lines naming where they fail most (minutes apart)
 
 __all__ = [
     "EpisodeTrace",
@@ -148,8 +143,6 @@ class FrontierArchive:
             skip), stored beside it and checked when it is loaded.
         log: where a file that cannot be read or written is reported (the collector's log).
         start_from: a trajectory file (``explore``'s) to start from when ``path`` keeps none.
-        draw: ``uniform`` (every step alike) or ``failures`` (where restarts fail, see
-            :mod:`pipeline.learning.restart_draw`).
     """
 
     def __init__(
@@ -160,12 +153,9 @@ class FrontierArchive:
         recorded_with: str = "",
         log: logging.Logger = logger,
         start_from: str = "",
-        draw: str = "uniform",
     ) -> None:
         if not 0.0 <= share < 1.0:
             raise ValueError(f"restart share must be in [0, 1), got {share!r}")
-        if draw not in RESTART_DRAWS:
-            raise ValueError(f"restart draw must be one of {RESTART_DRAWS}, got {draw!r}")
         self.share = share
         self.rng = rng
         self.actions = np.zeros(0, np.int16)  # the best trajectory, up to its furthest x
@@ -174,8 +164,6 @@ class FrontierArchive:
         self.recorded_with = recorded_with
         self.save_failed = False  # a failed write is logged once; the archive goes on in memory
         self.log = log
-        self.failures = FailureWeightedDraw(rng) if draw == "failures" else None
-        self.outcomes = 0  # restart outcomes recorded
         if self.path is not None and self.path.exists():
             self._load(self.path)
         if self.best_x < 0 and start_from:
@@ -188,11 +176,6 @@ class FrontierArchive:
         except TrajectoryError as exc:
             self.log.warning("frontier: %s; starting with none", exc)
             return
-        self._keep(actions)
-
-    def _keep(self, actions: np.ndarray) -> None:
-        if self.failures is not None:
-            self.failures.follow(shared_steps(self.actions, actions), len(actions))
         self.actions = actions
 
     def _save(self) -> None:
@@ -222,7 +205,7 @@ class FrontierArchive:
         if int(x_pos[furthest]) <= self.best_x:
             return False
         self.best_x = int(x_pos[furthest])
-        self._keep(trace.actions[: furthest + 1].copy())
+        self.actions = trace.actions[: furthest + 1].copy()
         self._save()
         return True
 
@@ -230,24 +213,4 @@ class FrontierArchive:
         """Steps of the kept trajectory to replay before the next episode (0: the level's start)."""
         if self.share == 0.0 or len(self.actions) == 0 or self.rng.random() >= self.share:
             return 0
-        if self.failures is not None:
-            return self.failures.draw()
         return int(self.rng.integers(1, len(self.actions) + 1))
-
-    def record_restart(self, trace: EpisodeTrace, start_step: int, flag: bool) -> None:
-        """Count the outcome of a finished episode that began after ``start_step`` replayed
-        steps (0: at the level's start, nothing to count) for the ``failures`` draw; call
-        it before :meth:`offer`."""
-        if self.failures is None or start_step == 0 or trace.overflowed or trace.length <= start_step:
-            return
-        start_x = int(trace.x_pos[start_step - 1])
-        furthest_x = int(trace.x_pos[start_step : trace.length].max())
-        self.failures.record(start_step, start_x, furthest_x, flag)
-        self.outcomes += 1
-        if self.outcomes % LOG_EVERY_RESTARTS == 0:
-            self.report_restarts()
-
-    def report_restarts(self) -> None:
-        """Log where the restarts fail most (the ``failures`` draw, once it counted any)."""
-        if self.failures is not None and self.outcomes:
-            self.log.info("frontier: after %d restarts, they fail most at %s", self.outcomes, self.failures.hardest())

@@ -13,6 +13,7 @@ from configuration.removed import (
     EPSILON_SCHEDULE_REMOVAL,
     EXPECTED_SARSA_REMOVAL,
     EXPLORE_HOLD_REMOVAL,
+    FAILURES_DRAW_REMOVAL,
     FULL_JUMP_REMOVAL,
     HELD_JUMP_REMOVAL,
     HOUSE_REMOVAL,
@@ -100,6 +101,7 @@ def test_the_table_names_exactly_the_removed_fields() -> None:
         FULL_JUMP_REMOVAL,
         EXPLORE_HOLD_REMOVAL,
         REPLAY_SWITCH_REMOVAL,
+        FAILURES_DRAW_REMOVAL,
     )
     # Each tag's commit (git rev-parse --short TAG): the last one that has its options.
     assert (OPTION_REMOVAL.tag, OPTION_REMOVAL.commit) == ("pre-option-removal", "8669a59")
@@ -121,6 +123,8 @@ def test_the_table_names_exactly_the_removed_fields() -> None:
     assert dict(EXPLORE_HOLD_REMOVAL.options) == {"explore_hold_steps": 1}  # epsilon-greedy
     assert (REPLAY_SWITCH_REMOVAL.tag, REPLAY_SWITCH_REMOVAL.commit) == ("pre-replay-switch-removal", "aa23839")
     assert dict(REPLAY_SWITCH_REMOVAL.options) == {"save_replay": ANY_VALUE}  # never a learning setting
+    assert (FAILURES_DRAW_REMOVAL.tag, FAILURES_DRAW_REMOVAL.commit) == ("pre-failures-draw-removal", "d2e48bb")
+    assert dict(FAILURES_DRAW_REMOVAL.options) == {"frontier_start_draw": "uniform"}
     every = (
         OPTION_REMOVAL,
         EXPECTED_SARSA_REMOVAL,
@@ -129,6 +133,7 @@ def test_the_table_names_exactly_the_removed_fields() -> None:
         HELD_JUMP_REMOVAL,
         EXPLORE_HOLD_REMOVAL,
         REPLAY_SWITCH_REMOVAL,
+        FAILURES_DRAW_REMOVAL,
     )
     assert {name: now for removal in every for name, now in removal.options.items()} == REMOVED
     assert set(RETIRED) == set(OPTION_REMOVAL.retired) | set(FULL_JUMP_REMOVAL.retired)
@@ -298,3 +303,11 @@ def test_a_run_with_held_random_actions_is_refused_naming_its_commit_and_one_wit
 @pytest.mark.parametrize("save_replay", [True, False])
 def test_a_run_saved_with_either_replay_switch_loads_as_todays_run(save_replay: bool) -> None:
     assert Config.from_dict(saved(save_replay=save_replay)).to_dict() == AT_THE_TAG.to_dict()
+
+
+def test_a_run_with_restarts_drawn_where_they_fail_is_refused_naming_its_commit() -> None:
+    assert Config.from_dict(saved(frontier_start_draw="uniform")).to_dict() == AT_THE_TAG.to_dict()
+    with pytest.raises(RemovedOptionError) as info:
+        Config.from_dict(saved(frontier_start_draw="failures"), source="checkpoint runs/x/final.pt")
+    expected = refusal("frontier_start_draw", "failures", tag="pre-failures-draw-removal", commit="d2e48bb")
+    assert str(info.value) == expected

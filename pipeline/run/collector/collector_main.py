@@ -323,7 +323,7 @@ class Collector:
                 if done:
                     self._write(stream.slot, next_obs, 0, 0.0, FLAG_FINAL)
                     if self.frontiers is not None:
-                        self.frontiers.finish(stream, bool(info.get("flag_get", False)))
+                        self.frontiers.finish(stream)
                 stream.counters.steps = stream.steps
                 stream.counters.frames = stream.frames
                 te = perf()
@@ -379,8 +379,6 @@ class Collector:
         # Drop every view into the ring so its segment can close (the frontier starter
         # holds the slot's counters too).
         self.home = self.counters = None  # type: ignore[assignment]
-        if getattr(self, "frontiers", None) is not None:
-            self.frontiers.report_restarts()  # type: ignore[union-attr]
         self.frontiers = None
         self.streams = []
         if getattr(self, "weights", None) is not None:

@@ -79,7 +79,6 @@ class StageFrontiers:
                 recorded_with=stage_signature(env_id, cfg.action_set, cfg.frame_skip),
                 log=self.logger,
                 start_from=start_from,
-                draw=cfg.frontier_start_draw,
             )
             starter = FrontierStarter(archive, cfg, self.counters, self.weights, self.logger, args.slot)
             self.by_stage[stage] = archive, starter
@@ -91,15 +90,7 @@ class StageFrontiers:
         stream.stage = stage_name((int(info["world"]), int(info["stage"])))
         return self.of(stream.stage)[1].start(stream, obs)
 
-    def finish(self, stream: EnvStream, flag: bool) -> None:
-        """The episode of ``stream`` ended (at the flag or not): count its restart's outcome
-        and offer its trace to its stage's archive."""
+    def finish(self, stream: EnvStream) -> None:
+        """The episode of ``stream`` ended: offer its trace to its stage's archive."""
         assert stream.trace is not None
-        archive = self.of(stream.stage)[0]
-        archive.record_restart(stream.trace, stream.policy_start, flag)
-        archive.offer(stream.trace)
-
-    def report_restarts(self) -> None:
-        """Log, per stage, where its restarts fail most (the ``failures`` draw)."""
-        for archive, _ in self.by_stage.values():
-            archive.report_restarts()
+        self.of(stream.stage)[0].offer(stream.trace)
