@@ -4,20 +4,27 @@
 block holding a network at a given epsilon, builds the supervisor of one collector (its
 home slot the ring's first), and unlinks everything on the way out, whatever happened.
 The test starts the supervisor itself, when it is ready to drain the rings.
+:func:`collect_random` runs such a collector at epsilon 1 until the test has the episodes
+it needs, and returns what it wrote.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
+import numpy as np
 import torch
 
 from config import Config
+from envs import num_actions
 from pipeline.learning.flat_state import flatten_state, state_numel
+from pipeline.learning.policy import network_of
 from pipeline.run.collector import supervisor as S
 from pipeline.run.collector.args import CollectorArgs
+from pipeline.transport import episodes as episode_channel
 from pipeline.transport import ring as R
 from pipeline.transport import weights as W
 from pipeline.transport.segments import create_segment, release, segment_name
@@ -69,3 +76,51 @@ def one_collector(
         weights.close()
         release(ring_segment, unlink=True)
         release(weights_segment, unlink=True)
+
+
+def collect_random(
+    cfg: Config,
+    *,
+    tag: str,
+    log_path: str,
+    enough: Callable[[list[episode_channel.EpisodeSummary]], bool],
+    frontier_path: str = "",
+    start_trajectory: str = "",
+) -> tuple[np.ndarray, list[episode_channel.EpisodeSummary], int]:
+    """One collector acting at random (epsilon 1: varied trajectories) until ``enough`` of
+    its finished episodes' summaries; its records, those summaries (and those of the
+    episodes it finished while stopping) and its home slot's replayed frames."""
+    net = network_of(cfg, num_actions(cfg.env_id, cfg.action_set)).eval()
+    chunks: list[np.ndarray] = []
+    summaries: list[episode_channel.EpisodeSummary] = []
+    with one_collector(
+        cfg,
+        net,
+        tag=tag,
+        log_path=log_path,
+        epsilon=1.0,
+        heartbeat_timeout_s=120.0,
+        frontier_path=frontier_path,
+        start_trajectory=start_trajectory,
+    ) as (ring, weights, supervisor):
+
+        def drain() -> None:
+            slot = ring.slots[0]
+            count, views = slot.transitions.peek(None)
+            chunks.extend(view.copy() for view in views)
+            del views
+            slot.transitions.release(count)
+            summaries.extend(episode_channel.receive(slot.episodes)[0])
+
+        supervisor.start_all()
+        deadline = time.monotonic() + 900  # safety net only: a loaded machine is slow
+        while not enough(summaries):
+            assert time.monotonic() < deadline, f"{len(summaries)} episodes, not enough yet"
+            drain()
+            supervisor.check()
+            time.sleep(0.02)
+        weights.request_stop()
+        supervisor.stop(timeout_s=20)
+        drain()  # what it finished before it stopped: only the episode it was in is unknown
+        replayed_frames = ring.slots[0].counters.replayed_frames
+    return np.concatenate(chunks), summaries, replayed_frames

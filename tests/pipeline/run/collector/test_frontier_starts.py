@@ -12,20 +12,17 @@ frame of the episodes that began near the frontier first of all. Given a traject
 
 from __future__ import annotations
 
-import time
-
 import numpy as np
 import pytest
 
 from config import Config
-from envs import make_env, num_actions
+from envs import make_env
 from pipeline.learning.frontier import EpisodeTrace, FrontierArchive, stage_signature, write_trajectory
-from pipeline.learning.policy import network_of
 from pipeline.learning.trajectory_search import search_trajectory
 from pipeline.transport import episodes as episode_channel
 from pipeline.transport.records import FLAG_FINAL, FLAG_START
 from tests.pipeline import producers as P
-from tests.pipeline.run.collector.one_collector import one_collector
+from tests.pipeline.run.collector.one_collector import collect_random
 
 TAG = P.new_tag("frontier")
 FRONTIER_EPISODES = 4  # episodes started near the frontier to collect
@@ -36,45 +33,14 @@ def collect(
 ) -> tuple[np.ndarray, list[episode_channel.EpisodeSummary], int]:
     """Run one collector until it finished FRONTIER_EPISODES frontier episodes; return its
     records, its episode summaries and its replayed-frames counter."""
-    net = network_of(cfg, num_actions(cfg.env_id, cfg.action_set)).eval()
-    chunks: list[np.ndarray] = []
-    summaries: list[episode_channel.EpisodeSummary] = []
-    # Random actions (epsilon 1): varied trajectories.
-    with one_collector(
+    return collect_random(
         cfg,
-        net,
         tag=TAG,
         log_path=log_path,
-        epsilon=1.0,
-        heartbeat_timeout_s=120.0,
+        enough=lambda summaries: sum(s.replayed_steps > 0 for s in summaries) >= FRONTIER_EPISODES,
         frontier_path=frontier_path,
         start_trajectory=cfg.frontier_trajectory,
-    ) as (
-        ring,
-        weights,
-        supervisor,
-    ):
-
-        def drain() -> None:
-            slot = ring.slots[0]
-            count, views = slot.transitions.peek(None)
-            chunks.extend(view.copy() for view in views)
-            del views
-            slot.transitions.release(count)
-            summaries.extend(episode_channel.receive(slot.episodes)[0])
-
-        supervisor.start_all()
-        deadline = time.monotonic() + 600  # safety net only: a loaded machine is slow
-        while sum(s.replayed_steps > 0 for s in summaries) < FRONTIER_EPISODES:
-            assert time.monotonic() < deadline, f"{len(summaries)} episodes, too few started near the frontier"
-            drain()
-            supervisor.check()
-            time.sleep(0.02)
-        weights.request_stop()
-        supervisor.stop(timeout_s=20)
-        drain()  # what it finished before it stopped: only the episode it was in is unknown
-        replayed_frames = ring.slots[0].counters.replayed_frames
-    return np.concatenate(chunks), summaries, replayed_frames
+    )
 
 
 def split_episodes(records: np.ndarray) -> list[np.ndarray]:

@@ -4,21 +4,17 @@ which this test re-derives in fixed-stage emulators of its own."""
 
 from __future__ import annotations
 
-import time
-
 import numpy as np
 import pytest
 
 from config import Config
-from envs import make_env, num_actions
+from envs import make_env
 from pipeline.learning.frontier import read_trajectory, stage_signature
-from pipeline.learning.policy import network_of
 from pipeline.learning.trajectory_search import search_stage
 from pipeline.run.collector.stage_frontiers import stage_file
-from pipeline.transport import episodes as episode_channel
 from pipeline.transport.records import FLAG_FINAL, FLAG_START
 from tests.pipeline import producers as P
-from tests.pipeline.run.collector.one_collector import one_collector
+from tests.pipeline.run.collector.one_collector import collect_random
 
 TAG = P.new_tag("stagefrontier")
 STAGES = ("1-1", "1-4")
@@ -29,47 +25,6 @@ def test_a_stage_file_names_its_stage_before_the_suffix() -> None:
     assert stage_file("runs/x/frontier/collector-0.npz", "1-3") == "runs/x/frontier/collector-0-1-3.npz"
     assert stage_file("searched.npz", "8-4") == "searched-8-4.npz"
     assert stage_file("", "1-1") == ""  # kept in memory; no trajectory to start from
-
-
-def collect(cfg: Config, frontier_path: str, start_trajectory: str) -> tuple[np.ndarray, list]:
-    """One collector (random actions) until it finished RESTARTS_PER_STAGE restarts on every
-    stage; its records and episode summaries."""
-    net = network_of(cfg, num_actions(cfg.env_id, cfg.action_set)).eval()
-    chunks: list[np.ndarray] = []
-    summaries: list[episode_channel.EpisodeSummary] = []
-    with one_collector(
-        cfg,
-        net,
-        tag=TAG,
-        log_path=str(cfg.run_dir) + "/collector.log",
-        epsilon=1.0,
-        heartbeat_timeout_s=120.0,
-        frontier_path=frontier_path,
-        start_trajectory=start_trajectory,
-    ) as (ring, weights, supervisor):
-
-        def drain() -> None:
-            slot = ring.slots[0]
-            count, views = slot.transitions.peek(None)
-            chunks.extend(view.copy() for view in views)
-            del views
-            slot.transitions.release(count)
-            summaries.extend(episode_channel.receive(slot.episodes)[0])
-
-        def restarts(stage: str) -> int:
-            return sum(f"{s.world}-{s.stage}" == stage and s.replayed_steps > 0 for s in summaries)
-
-        supervisor.start_all()
-        deadline = time.monotonic() + 900  # safety net only: a loaded machine is slow
-        while min(restarts(stage) for stage in STAGES) < RESTARTS_PER_STAGE:
-            assert time.monotonic() < deadline, f"{len(summaries)} episodes, too few restarts per stage"
-            drain()
-            supervisor.check()
-            time.sleep(0.02)
-        weights.request_stop()
-        supervisor.stop(timeout_s=20)
-        drain()
-    return np.concatenate(chunks), summaries
 
 
 @pytest.mark.slow
@@ -83,7 +38,6 @@ def test_each_random_stage_restarts_along_its_own_trajectory(tmp_path) -> None:
         max_episode_steps=250,
         seed=5,
         frontier_start_share=0.5,
-        run_dir=str(tmp_path),
     )
     # Each stage's way to its flag, as a run with frontier_trajectory=search keeps it: the
     # collector's random actions cannot go further, so every restart is drawn along it.
@@ -95,7 +49,19 @@ def test_each_random_stage_restarts_along_its_own_trajectory(tmp_path) -> None:
         assert found.flag
         trajectories[stage] = found.actions
     kept = tmp_path / "frontier" / "collector-0.npz"
-    records, summaries = collect(cfg, str(kept), str(searched))
+
+    def enough(summaries: list) -> bool:
+        restarts = [f"{s.world}-{s.stage}" for s in summaries if s.replayed_steps > 0]
+        return all(restarts.count(stage) >= RESTARTS_PER_STAGE for stage in STAGES)
+
+    records, summaries, _ = collect_random(
+        cfg,
+        tag=TAG,
+        log_path=str(tmp_path / "collector.log"),
+        enough=enough,
+        frontier_path=str(kept),
+        start_trajectory=str(searched),
+    )
 
     starts = np.flatnonzero((records["flags"] & FLAG_START) != 0)
     finals = np.flatnonzero((records["flags"] & FLAG_FINAL) != 0)
