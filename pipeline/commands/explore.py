@@ -23,6 +23,8 @@ __all__ = ["build_parser", "explore_command"]
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from pipeline.learning.trajectory_search import SEARCH_SEQUENCES
+
     parser = OneLineParser(
         prog="main.py explore",
         description="Search a stage on the emulator for a trajectory to its flag; training restarts along it "
@@ -31,7 +33,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--env", help="a fixed stage, e.g. SuperMarioBros-1-3-v0 (default: SuperMarioBros-1-1-v0)")
     parser.add_argument("--action-set", help="the action set the run will use (default: right_only)")
     parser.add_argument(
-        "--iterations", type=int, default=2000, help="sequences played at most (default 2000; it stops at the flag)"
+        "--iterations",
+        type=int,
+        default=SEARCH_SEQUENCES,
+        help=f"sequences played at most (default {SEARCH_SEQUENCES}; it stops at the flag)",
     )
     parser.add_argument("--seed", type=int, default=0, help="the search's random generator (default 0)")
     parser.add_argument("--out", help="trajectory file, .npz (default: runs/trajectories/<env id>.npz)")

@@ -23,6 +23,7 @@ Every failure is a :class:`TrainingError` (or a ``CheckpointError``) with one cl
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 from collections.abc import Coroutine
@@ -102,7 +103,7 @@ def search_start_trajectory(cfg: Config, paths: RunPaths, monitor: Monitor) -> N
     searched = paths.searched_trajectory
     if parse_env_id(cfg.env_id).kind == "mario_random_stages":
         wanted = [
-            (Config(**{**cfg.to_dict(), "env_id": env_id, "stages": ""}), Path(stage_file(str(searched), stage)))
+            (dataclasses.replace(cfg, env_id=env_id, stages=""), Path(stage_file(str(searched), stage)))
             for stage, env_id in envs.evaluation_stages(cfg.env_id, cfg.stages)
         ]
     else:
