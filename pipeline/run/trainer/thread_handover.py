@@ -51,7 +51,7 @@ __all__ = [
     "ThreadHandover",
 ]
 
-logger = logging.getLogger(__name__)
+logger = logging.getLogger("mario.trainer")  # the learner process's log
 
 # The collectors' mean share of wall time waiting for the learner at which it takes a
 # thread more: a tenth of the collectors' cores idle is worth a learner thread.

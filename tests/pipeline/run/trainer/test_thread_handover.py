@@ -5,6 +5,8 @@ held off, from fake update counts; and the range the settings give."""
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 
 from pipeline.common.cores import learner_thread_range
@@ -81,7 +83,7 @@ class LearnerBound:
         return self.watch.observe(self.time_s, counters(self.stall_s, 0, self.updates))
 
 
-def test_a_thread_that_makes_the_learner_slower_goes_back_and_is_held_off() -> None:
+def test_a_thread_that_makes_the_learner_slower_goes_back_and_is_held_off(caplog: pytest.LogCaptureFixture) -> None:
     """Two learner-bound runs on one box, each taking a second thread: 25 updates/s at one
     thread, 1.8 at two (their parallel regions wait on each other). Neither share moves, so
     only the rate rule gives the thread back: after two slow ticks, held off 12 ticks, then
@@ -90,7 +92,9 @@ def test_a_thread_that_makes_the_learner_slower_goes_back_and_is_held_off() -> N
     run = LearnerBound(HandoverWatch(ThreadHandover(least=1, most=2), collectors=2, set_threads=applied.append))
     assert run.tick(25.0) == 2  # the stall takes a thread; 25/s recorded for one thread
     assert run.tick(1.8) == 2  # one slow tick: could be a checkpoint
-    assert run.tick(1.8) == 1  # two: 1.8 < 0.8 x 25, given back
+    with caplog.at_level(logging.INFO, logger="mario.trainer"):
+        assert run.tick(1.8) == 1  # two: 1.8 < 0.8 x 25, given back
+    assert "learner threads 2 -> 1: 1.8 updates/s at 2 against 25.0 at 1, held back 12 ticks" in caplog.text
     assert [run.tick(25.0) for _ in range(HOLD_FIRST)] == [1] * HOLD_FIRST  # stalled, but held off
     assert run.tick(25.0) == 2  # the hold is over: tried again
     assert [run.tick(1.8) for _ in range(2)] == [2, 1]  # slower again
