@@ -72,3 +72,25 @@ def start_watcher(marker: str) -> None:
     with open(marker + ".ready", "w") as out:
         out.write(str(child.process.pid))
     time.sleep(600)
+
+
+def spin_cpu(conn: Connection, seconds: float) -> None:
+    """Keep a core busy for ``seconds`` of this process's CPU time, then answer."""
+    end = time.process_time() + seconds
+    while time.process_time() < end:
+        pass
+    conn.send(seconds)
+
+
+def parent_of_a_spinner(conn: Connection, seconds: float) -> None:
+    """Start a child of its own that spins ``seconds`` of CPU (as a Trainer starts its
+    collectors), wait for it, answer with the spinner's answer and this process's own CPU
+    seconds so far."""
+    from pipeline.common.child import Child
+
+    spinner = Child(spin_cpu, (seconds,), name="t-spinner")
+    try:
+        spun = spinner.receive(300.0)
+    finally:
+        spinner.close()
+    conn.send((spun, time.process_time()))

@@ -1,5 +1,6 @@
 """How children start and reply: real children of the fork server that reply, hang, raise
-or crash, see what the server imported, and see the process that started them die."""
+or crash, see what the server imported, and see the process that started them die; and
+the CPU time of a child's own children counted in this process tree's."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from pipeline.common.child import (
     process_state,
     run_in_child,
 )
+from pipeline.run.machine.load import tree_cpu_s
 from tests.conftest import wait_until
 from tests.pipeline.common import children
 
@@ -136,3 +138,21 @@ def test_a_child_sees_the_process_that_started_it_die(tmp_path: Path):
         if learner.poll() is None:
             learner.kill()
     watcher.wait(60)  # it ends once it has seen it
+
+
+def test_the_cpu_of_a_childs_own_children_counts_in_this_process_tree():
+    """A grandchild is a child of its parent's fork server: its CPU time reaches this tree
+    only once that parent waits for the server at its end. Before it did, a bench Trainer's
+    collectors read as other processes' load on a quiet machine."""
+    spin_s = 1.0
+    # This process's own fork server started first: its start (importing torch) is not in the window.
+    assert run_in_child(children.reply, (0,), name="t-first", timeout_s=REPLY_TIMEOUT_S) == 0
+    before = tree_cpu_s()
+    parent = Child(children.parent_of_a_spinner, (spin_s,), name="t-parent", daemon=False)  # it starts a child
+    try:
+        spun, parent_own_s = parent.receive(REPLY_TIMEOUT_S)
+    finally:
+        parent.close()
+    assert spun == spin_s and parent.exitcode == 0
+    # The parent's own CPU, and the grandchild's on top (without it: the parent's alone).
+    assert tree_cpu_s() - before >= parent_own_s + spin_s
