@@ -26,8 +26,8 @@ processes of the same priority took 230-970 ms an update against one thread's 40
 
 :class:`ThreadHandover` decides from the shares and the rate; :class:`HandoverWatch`
 computes them from the run's snapshot counters (nanoseconds of collector stall and learner
-wait, updates) between two monitor ticks and applies the decision with ``torch.set_num_threads``. One step per tick
-(5 s by default) keeps it from chasing noise.
+wait, updates) between two monitor ticks and applies the decision with
+``torch.set_num_threads``. One step per tick (5 s by default) keeps it from chasing noise.
 """
 
 from __future__ import annotations
