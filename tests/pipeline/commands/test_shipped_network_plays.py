@@ -1,4 +1,4 @@
-"""The shipped networks, ``models/trained/<env id>.pt`` (1-1, 1-2 and 1-4): small files
+"""The shipped networks, ``models/trained/<env id>.pt`` (1-1, 1-2, 1-3 and 1-4): small files
 that git keeps, with their provenance, which plain ``eval`` and ``play`` (``--env`` for
 another stage, or the name) play on the real emulator. How well they play is not tested:
 a better one replaces a file with the same ``export`` command."""
@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[3]
 NAME = "SuperMarioBros-1-1-v0"
 SHIPPED = ROOT / "models" / "trained" / f"{NAME}.pt"
 # Every stage with a shipped network: the one a plain play/eval plays, and the others.
-STAGES = ("SuperMarioBros-1-1-v0", "SuperMarioBros-1-2-v0", "SuperMarioBros-1-4-v0")
+STAGES = ("SuperMarioBros-1-1-v0", "SuperMarioBros-1-2-v0", "SuperMarioBros-1-3-v0", "SuperMarioBros-1-4-v0")
 
 
 def test_exactly_the_stages_named_here_are_shipped():
