@@ -90,11 +90,6 @@ class Config:
     instead of the agent's (Machado et al. 2018; the ALE v5 default is 0.25), in [0, 1);
     0 = off. Training with it makes every start a little different (envs.wrappers.StickyActions);
     ``eval --sticky`` and the learning benchmark's ``--sticky`` play the protocol with it."""
-    flag_reward: float = field(default=0.0, metadata=saved_before(0.0))
-    """Mario: added, in game units before reward_scale, to the reward of the step that
-    reaches the flag (or the axe); 0 = off, the task's own reward. That reward pays x
-    progress and nothing for the flag, so on 1-2 the warp zone's wall returns more than the
-    flag (envs.wrappers.FlagReward). Evaluation's returns stay the task's."""
     max_episode_steps: int = 4000
     """Truncate an episode after this many agent steps (0 = off)."""
 
@@ -278,17 +273,15 @@ class Config:
         check_saved(saved, source)
         return cls(**{k: v for k, v in saved.items() if k in FIELD_NAMES})
 
-    def env_kwargs(self, *, task_reward: bool = False) -> dict[str, Any]:
+    def env_kwargs(self, *, reward_scale: float | None = None) -> dict[str, Any]:
         """Keyword arguments of :func:`envs.make_env` for this run's env settings (all but
-        the env id and the seed); ``task_reward`` gives the task's reward in game units
-        (no scale, no flag reward), what evaluation reports."""
+        the env id and the seed); ``reward_scale`` overrides the run's (1.0 = game units)."""
         return dict(
             action_set=self.action_set,
             frame_skip=self.frame_skip,
-            reward_scale=1.0 if task_reward else self.reward_scale,
+            reward_scale=self.reward_scale if reward_scale is None else reward_scale,
             no_progress_steps=self.no_progress_steps,
             sticky_actions=self.sticky_actions,
-            flag_reward=0.0 if task_reward else self.flag_reward,
             max_episode_steps=self.max_episode_steps,
             stages=self.stages,
         )

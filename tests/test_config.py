@@ -93,9 +93,6 @@ def test_describe_lists_every_field_with_its_source():
         ({"action_set": "everything"}, "action_set", "right_only"),
         ({"sticky_actions": 1.0, "env_id": "SuperMarioBros-1-1-v0"}, "sticky_actions", "probability in [0, 1)"),
         ({"sticky_actions": 0.25}, "sticky_actions", "applies to Mario ids only"),  # the tiny preset's Catch
-        ({"flag_reward": -1.0, "env_id": "SuperMarioBros-1-1-v0"}, "flag_reward", "finite number >= 0"),
-        ({"flag_reward": float("inf"), "env_id": "SuperMarioBros-1-1-v0"}, "flag_reward", "finite number >= 0"),
-        ({"flag_reward": 500.0}, "flag_reward", "applies to Mario ids only"),  # the tiny preset's Catch
         (
             {"sticky_actions": 0.25, "frontier_start_share": 0.5, "env_id": "SuperMarioBros-1-1-v0"},
             "frontier_start_share",

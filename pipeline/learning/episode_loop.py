@@ -46,8 +46,7 @@ __all__ = [
 
 
 def build_env(config: Config, env_id: str | None = None, seed: int | None = None):
-    """The env a run's policy plays in: its settings, but the task's reward (game units,
-    no scale and no flag reward).
+    """The env a run's policy plays in: its settings, but rewards unscaled (game units).
 
     The run's stage list only goes with a random-stages id: another id (one stage of the
     list, played alone) is built without it.
@@ -56,7 +55,7 @@ def build_env(config: Config, env_id: str | None = None, seed: int | None = None
     from envs.ids import EnvIdError, parse_env_id
 
     env_id = env_id or config.env_id
-    kwargs = config.env_kwargs(task_reward=True)
+    kwargs = config.env_kwargs(reward_scale=1.0)
     try:
         if parse_env_id(env_id).kind != "mario_random_stages":
             kwargs["stages"] = ""
