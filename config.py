@@ -85,11 +85,6 @@ class Config:
     """Multiplier applied to the game's reward before it is stored."""
     no_progress_steps: int = 200
     """Truncate an episode after this many agent steps without new x progress (0 = off)."""
-    sticky_actions: float = field(default=0.0, metadata=saved_before(0.0))
-    """Mario: the probability that an emulator frame keeps the previous frame's buttons
-    instead of the agent's (Machado et al. 2018; the ALE v5 default is 0.25), in [0, 1);
-    0 = off. Training with it makes every start a little different (envs.wrappers.StickyActions);
-    ``eval --sticky`` and the learning benchmark's ``--sticky`` play the protocol with it."""
     max_episode_steps: int = 4000
     """Truncate an episode after this many agent steps (0 = off)."""
 
@@ -281,7 +276,6 @@ class Config:
             frame_skip=self.frame_skip,
             reward_scale=self.reward_scale if reward_scale is None else reward_scale,
             no_progress_steps=self.no_progress_steps,
-            sticky_actions=self.sticky_actions,
             max_episode_steps=self.max_episode_steps,
             stages=self.stages,
         )

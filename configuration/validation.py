@@ -205,21 +205,6 @@ def validate(cfg: Any) -> None:
                 "add --set frontier_start_share=0.5, or use 0",
             )
         )
-    if not 0.0 <= cfg.sticky_actions < 1.0:
-        problems.append(
-            _problem("sticky_actions", cfg.sticky_actions, "must be a probability in [0, 1)", "use 0.25, or 0 for off")
-        )
-    elif cfg.sticky_actions > 0 and cfg.frontier_start_share > 0:
-        problems.append(
-            _problem(
-                "frontier_start_share",
-                cfg.frontier_start_share,
-                "replays recorded actions, which sticky_actions makes play out differently",
-                "use 0 with sticky_actions, or sticky_actions=0",
-            )
-        )
-    elif cfg.sticky_actions > 0 and _env_kind(cfg.env_id) == "catch":
-        problems.append(_problem("sticky_actions", cfg.sticky_actions, "applies to Mario ids only", "use 0"))
     if not cfg.reward_scale > 0 or cfg.reward_scale == float("inf"):
         problems.append(_problem("reward_scale", cfg.reward_scale, "must be a finite number > 0", "use e.g. 0.1"))
     from envs import ACTION_SET_NAMES, DEFAULT_ACTION_SET, EnvIdError, StagesError, check_stages, validate_env_id

@@ -91,13 +91,6 @@ def test_describe_lists_every_field_with_its_source():
         ({"collector_niceness": -1}, "collector_niceness", ">= 0"),
         ({"learner_threads_max": -2}, "learner_threads_max", ">= 0"),
         ({"action_set": "everything"}, "action_set", "right_only"),
-        ({"sticky_actions": 1.0, "env_id": "SuperMarioBros-1-1-v0"}, "sticky_actions", "probability in [0, 1)"),
-        ({"sticky_actions": 0.25}, "sticky_actions", "applies to Mario ids only"),  # the tiny preset's Catch
-        (
-            {"sticky_actions": 0.25, "frontier_start_share": 0.5, "env_id": "SuperMarioBros-1-1-v0"},
-            "frontier_start_share",
-            "replays recorded actions",
-        ),
         ({"learning_rate": float("nan")}, "learning_rate", "float"),
         ({"num_processes": True}, "num_processes", "int"),
         ({"eval_interval_frames": -5}, "eval_interval_frames", ">= 0"),

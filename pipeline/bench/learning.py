@@ -115,7 +115,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--sticky",
         type=float,
         help="play the evaluation episodes with sticky actions of this probability (0.25 is the field's "
-        "stochastic protocol; 0 plays without, whatever the run trained with; default: each run's own env)",
+        "stochastic protocol; default: without, as every run trains)",
     )
     parser.add_argument(
         "--out",

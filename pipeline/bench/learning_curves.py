@@ -91,7 +91,7 @@ def bench_protocol(
     episodes: int = BENCH_EPISODES, epsilon: float = BENCH_EPSILON, max_steps: int = 2000, sticky: float | None = None
 ) -> EvaluationProtocol:
     """The benchmark's protocol: ``episodes`` at ``epsilon`` from :data:`BENCH_FIRST_SEED` on
-    (with sticky actions ``sticky``; None: each run's own)."""
+    (with sticky actions ``sticky``; None: without, as every run trains)."""
     return EvaluationProtocol(
         episodes=episodes, epsilon=epsilon, first_seed=BENCH_FIRST_SEED, max_steps=max_steps, sticky=sticky
     )
@@ -153,7 +153,7 @@ def evaluate_mark(path: str, protocol: dict[str, Any]) -> dict[str, Any]:
 
     with single_thread_torch():
         pairs = stages_played(policy.config, policy.env_id)
-        played = play_stages(chosen.played_config(policy.config), pairs, play, seed=chosen.first_seed)
+        played = play_stages(policy.config, pairs, play, seed=chosen.first_seed, sticky=chosen.sticky_actions)
     figures = protocol_figures([episode for _, (episodes, _, _) in played for episode in episodes])
     stage_values = [figures for _, (_, figures, _) in played]
     values = stage_values[0] if len(stage_values) == 1 else combined_values(stage_values)

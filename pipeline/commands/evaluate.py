@@ -161,8 +161,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--sticky",
         type=_sticky_probability,
         help="play with sticky actions: each emulator frame keeps the previous frame's buttons with this "
-        "probability (0.25 is the field's stochastic protocol, Machado et al. 2018; 0 plays without; "
-        "default: the run's own sticky_actions)",
+        "probability (0.25 is the field's stochastic protocol, Machado et al. 2018; default: without, "
+        "as every run trains)",
     )
     parser.add_argument("--json", help="also write the results (and per-episode lists) to this JSON file")
     return parser
@@ -250,7 +250,7 @@ def eval_command(argv: list[str]) -> int:
         return played, None
 
     with single_thread_torch():
-        per_stage = play_stages(protocol.played_config(policy.config), pairs, play, seed=args.seed)
+        per_stage = play_stages(policy.config, pairs, play, seed=args.seed, sticky=protocol.sticky_actions)
     if args.action is not None:
         player = f"the constant action {args.action} ({meanings[0]})"
     results = [result for _, (played, _) in per_stage for result in played]
@@ -266,7 +266,7 @@ def eval_command(argv: list[str]) -> int:
     if len(pairs) > 1:
         names = ", ".join(stage for stage, _ in pairs)
         on = f"{policy.env_id}, {len(pairs)} stages ({names}): {args.episodes} episode(s) each"
-    sticky = protocol.played_config(policy.config).sticky_actions
+    sticky = protocol.sticky_actions
     sticky_text = f", sticky actions {sticky:g}" if sticky else ""
     print(f"evaluated {player} on {on}, epsilon {args.epsilon:g}{sticky_text}, seed {args.seed}")
     print(

@@ -45,17 +45,20 @@ __all__ = [
 ]
 
 
-def build_env(config: Config, env_id: str | None = None, seed: int | None = None):
+def build_env(config: Config, env_id: str | None = None, seed: int | None = None, *, sticky: float = 0.0):
     """The env a run's policy plays in: its settings, but rewards unscaled (game units).
 
     The run's stage list only goes with a random-stages id: another id (one stage of the
-    list, played alone) is built without it.
+    list, played alone) is built without it. ``sticky`` > 0 plays it with sticky actions
+    (``eval --sticky``: the field's stochastic protocol; runs train without them).
     """
     from envs import make_env
     from envs.ids import EnvIdError, parse_env_id
 
     env_id = env_id or config.env_id
     kwargs = config.env_kwargs(reward_scale=1.0)
+    if sticky:
+        kwargs["sticky_actions"] = sticky
     try:
         if parse_env_id(env_id).kind != "mario_random_stages":
             kwargs["stages"] = ""

@@ -22,6 +22,7 @@ from configuration.removed import (
     REMOVED,
     REPLAY_SWITCH_REMOVAL,
     RETIRED,
+    STICKY_TRAINING_REMOVAL,
     RemovedOptionError,
     check_saved,
     removed_setting,
@@ -102,6 +103,7 @@ def test_the_table_names_exactly_the_removed_fields() -> None:
         EXPLORE_HOLD_REMOVAL,
         REPLAY_SWITCH_REMOVAL,
         FAILURES_DRAW_REMOVAL,
+        STICKY_TRAINING_REMOVAL,
     )
     # Each tag's commit (git rev-parse --short TAG): the last one that has its options.
     assert (OPTION_REMOVAL.tag, OPTION_REMOVAL.commit) == ("pre-option-removal", "8669a59")
@@ -125,6 +127,8 @@ def test_the_table_names_exactly_the_removed_fields() -> None:
     assert dict(REPLAY_SWITCH_REMOVAL.options) == {"save_replay": ANY_VALUE}  # never a learning setting
     assert (FAILURES_DRAW_REMOVAL.tag, FAILURES_DRAW_REMOVAL.commit) == ("pre-failures-draw-removal", "d2e48bb")
     assert dict(FAILURES_DRAW_REMOVAL.options) == {"frontier_start_draw": "uniform"}
+    assert (STICKY_TRAINING_REMOVAL.tag, STICKY_TRAINING_REMOVAL.commit) == ("pre-sticky-training-removal", "88dd852")
+    assert dict(STICKY_TRAINING_REMOVAL.options) == {"sticky_actions": 0.0}  # runs train without them
     every = (
         OPTION_REMOVAL,
         EXPECTED_SARSA_REMOVAL,
@@ -134,6 +138,7 @@ def test_the_table_names_exactly_the_removed_fields() -> None:
         EXPLORE_HOLD_REMOVAL,
         REPLAY_SWITCH_REMOVAL,
         FAILURES_DRAW_REMOVAL,
+        STICKY_TRAINING_REMOVAL,
     )
     assert {name: now for removal in every for name, now in removal.options.items()} == REMOVED
     assert set(RETIRED) == set(OPTION_REMOVAL.retired) | set(FULL_JUMP_REMOVAL.retired)
@@ -231,9 +236,9 @@ def test_the_fixed_values_are_the_ones_the_code_uses() -> None:
 def test_from_dict_still_drops_unknown_names_and_fills_saved_before() -> None:
     values = dataclasses.asdict(Config())
     values["a_name_never_used"] = 1
-    del values["sticky_actions"]
+    del values["frontier_demo_steps"]
     cfg = Config.from_dict(values)
-    assert cfg.sticky_actions == SAVED_BEFORE["sticky_actions"]
+    assert cfg.frontier_demo_steps == SAVED_BEFORE["frontier_demo_steps"]
 
 
 def test_a_network_saved_before_quantiles_existed_is_the_q_value_learner_it_was() -> None:
@@ -310,4 +315,12 @@ def test_a_run_with_restarts_drawn_where_they_fail_is_refused_naming_its_commit(
     with pytest.raises(RemovedOptionError) as info:
         Config.from_dict(saved(frontier_start_draw="failures"), source="checkpoint runs/x/final.pt")
     expected = refusal("frontier_start_draw", "failures", tag="pre-failures-draw-removal", commit="d2e48bb")
+    assert str(info.value) == expected
+
+
+def test_a_run_trained_with_sticky_actions_is_refused_naming_its_commit() -> None:
+    assert Config.from_dict(saved(sticky_actions=0.0)).to_dict() == AT_THE_TAG.to_dict()
+    with pytest.raises(RemovedOptionError) as info:
+        Config.from_dict(saved(sticky_actions=0.25), source="checkpoint runs/x/final.pt")
+    expected = refusal("sticky_actions", 0.25, tag="pre-sticky-training-removal", commit="88dd852")
     assert str(info.value) == expected

@@ -21,19 +21,16 @@ random actions would tie every random action to the env's draws.
 
 ``sticky`` plays the episodes with sticky actions (:class:`envs.wrappers.StickyActions`, the
 stochastic protocol of Machado et al. 2018; their draws are a third stream of the episode's
-seed), whatever the run trained with; None plays the run's own env.
+seed); None plays without them, as every run trains.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import Any
 
 from pipeline.learning.episode_loop import EpisodeResult, Step, play_episode, summarise
-
-if TYPE_CHECKING:
-    from config import Config
 
 __all__ = [
     "EVAL_SEED_OFFSET",
@@ -82,8 +79,8 @@ class EvaluationProtocol:
         epsilon: probability of a uniform random action at each step (0 = greedy).
         first_seed: the first episode's seed; episode ``i`` uses ``first_seed + i``.
         max_steps: agent steps after which an episode is cut (0 = only the env's limits).
-        sticky: the sticky-action probability the episodes are played with (None: the
-            run's own ``sticky_actions``).
+        sticky: the sticky-action probability the episodes are played with (None: none,
+            as every run trains).
     """
 
     episodes: int
@@ -132,9 +129,10 @@ class EvaluationProtocol:
             "sticky": self.sticky,
         }
 
-    def played_config(self, config: Config) -> Config:
-        """The run's ``config`` with the env settings these episodes are played in."""
-        return config if self.sticky is None else replace(config, sticky_actions=self.sticky)
+    @property
+    def sticky_actions(self) -> float:
+        """The probability :func:`~pipeline.learning.episode_loop.build_env` plays these episodes with."""
+        return 0.0 if self.sticky is None else self.sticky
 
 
 def protocol_steps(

@@ -110,13 +110,18 @@ def stages_played(config: Config, env_id: str, stages: str | None = None) -> lis
 
 
 def play_stages[T](
-    config: Config, pairs: Sequence[tuple[str, str]], play: Callable[[Any], T], *, seed: int | None
+    config: Config,
+    pairs: Sequence[tuple[str, str]],
+    play: Callable[[Any], T],
+    *,
+    seed: int | None,
+    sticky: float = 0.0,
 ) -> list[tuple[str, T]]:
-    """``play(env)`` on each stage's env (built with ``config``'s settings and seeded with
-    ``seed``, closed afterwards), in the order of ``pairs``."""
+    """``play(env)`` on each stage's env (built with ``config``'s settings, sticky actions of
+    probability ``sticky`` and seeded with ``seed``, closed afterwards), in the order of ``pairs``."""
     played = []
     for stage, env_id in pairs:
-        env = build_env(config, env_id, seed=seed)
+        env = build_env(config, env_id, seed=seed, sticky=sticky)
         try:
             played.append((stage, play(env)))
         finally:

@@ -173,7 +173,7 @@ def test_eval_matches_an_independent_run_of_the_same_seed(tmp_path, capsys, epsi
     assert lines[-2] == f"  all: {describe_ends(ends, 4)}"
 
 
-def test_sticky_plays_the_same_seeds_with_sticky_actions_whatever_the_run_trained_with(tmp_path, capsys):
+def test_sticky_plays_the_same_seeds_with_sticky_actions(tmp_path, capsys):
     ckpt, state = make_checkpoint(tmp_path / "run" / "checkpoints" / "ckpt-000000001000.pt", "SuperMarioBros-1-1-v0")
     figures = {}
     for sticky in ("0.25", "0"):
