@@ -85,6 +85,11 @@ class Config:
     """Multiplier applied to the game's reward before it is stored."""
     no_progress_steps: int = 200
     """Truncate an episode after this many agent steps without new x progress (0 = off)."""
+    flag_reward: float = field(default=0.0, metadata=saved_before(0.0))
+    """Mario: added, in game units before reward_scale, to the reward of the step that
+    reaches the flag (or the axe); 0 = off, the task's own reward. That reward pays x
+    progress and nothing for the flag, so on 1-2 the warp zone's wall returns more than the
+    flag (envs.wrappers.FlagReward). Evaluation's returns stay the task's."""
     max_episode_steps: int = 4000
     """Truncate an episode after this many agent steps (0 = off)."""
 
@@ -268,14 +273,16 @@ class Config:
         check_saved(saved, source)
         return cls(**{k: v for k, v in saved.items() if k in FIELD_NAMES})
 
-    def env_kwargs(self, *, reward_scale: float | None = None) -> dict[str, Any]:
+    def env_kwargs(self, *, task_reward: bool = False) -> dict[str, Any]:
         """Keyword arguments of :func:`envs.make_env` for this run's env settings (all but
-        the env id and the seed); ``reward_scale`` overrides the run's (1.0 = game units)."""
+        the env id and the seed); ``task_reward`` gives the task's reward in game units
+        (no scale, no flag reward), what evaluation reports."""
         return dict(
             action_set=self.action_set,
             frame_skip=self.frame_skip,
-            reward_scale=self.reward_scale if reward_scale is None else reward_scale,
+            reward_scale=1.0 if task_reward else self.reward_scale,
             no_progress_steps=self.no_progress_steps,
+            flag_reward=0.0 if task_reward else self.flag_reward,
             max_episode_steps=self.max_episode_steps,
             stages=self.stages,
         )

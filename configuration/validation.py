@@ -205,6 +205,12 @@ def validate(cfg: Any) -> None:
                 "add --set frontier_start_share=0.5, or use 0",
             )
         )
+    if not 0.0 <= cfg.flag_reward < float("inf"):
+        problems.append(
+            _problem("flag_reward", cfg.flag_reward, "must be a finite number >= 0", "use e.g. 500, or 0 for off")
+        )
+    elif cfg.flag_reward > 0 and _env_kind(cfg.env_id) == "catch":
+        problems.append(_problem("flag_reward", cfg.flag_reward, "applies to Mario ids only", "use 0"))
     if not cfg.reward_scale > 0 or cfg.reward_scale == float("inf"):
         problems.append(_problem("reward_scale", cfg.reward_scale, "must be a finite number > 0", "use e.g. 0.1"))
     from envs import ACTION_SET_NAMES, DEFAULT_ACTION_SET, EnvIdError, StagesError, check_stages, validate_env_id

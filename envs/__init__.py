@@ -3,7 +3,7 @@
 Public API::
 
     make_env(env_id, *, action_set="right_only", frame_skip=4, reward_scale=1.0,
-             no_progress_steps=0, sticky_actions=0.0, max_episode_steps=0, stages="", seed=None,
+             no_progress_steps=0, sticky_actions=0.0, flag_reward=0.0, max_episode_steps=0, stages="", seed=None,
              preprocess=True)
     validate_env_id(env_id)          # raises EnvIdError
     num_actions(env_id, action_set)  # no emulator built

@@ -21,6 +21,7 @@ from envs.mario import MarioEnv
 from envs.stages import check_stages, stage_name
 from envs.wrappers import (
     ActionSet,
+    FlagReward,
     Grayscale,
     MaxAndSkip,
     NoProgressTruncation,
@@ -69,6 +70,7 @@ def make_env(
     reward_scale: float = 1.0,
     no_progress_steps: int = 0,
     sticky_actions: float = 0.0,
+    flag_reward: float = 0.0,
     max_episode_steps: int | None = 0,
     stages: str = "",
     seed: int | None = None,
@@ -77,7 +79,7 @@ def make_env(
     """Build the environment for ``env_id``.
 
     Mario: ``MarioEnv [-> StickyActions] -> ActionSet -> MaxAndSkip -> Grayscale -> Resize(84, 84)
-    -> RewardScale -> NoProgressTruncation -> TimeLimit``, observations ``(84, 84)``
+    [-> FlagReward] -> RewardScale -> NoProgressTruncation -> TimeLimit``, observations ``(84, 84)``
     uint8. With ``preprocess=False`` only ``ActionSet -> MaxAndSkip`` are applied
     (``(240, 256, 3)`` RGB observations, e.g. for video). Either way the latest raw
     colour frame is ``env.unwrapped.last_rgb``.
@@ -96,6 +98,9 @@ def make_env(
             maximum x position; 0 disables.
         sticky_actions: Mario only; the probability that an emulator frame keeps the
             previous frame's buttons (:class:`envs.wrappers.StickyActions`); 0 disables.
+        flag_reward: Mario only; added (game units, before ``reward_scale``) to the
+            reward of the step that reaches the flag or the axe
+            (:class:`envs.wrappers.FlagReward`); 0 disables.
         max_episode_steps: truncate after this many agent steps; 0 or None disables.
         stages: random-stages ids only: the stages each reset draws from, as
             "world-stage" separated by commas ("1-1,1-2,1-3,1-4"); "" draws from all 32
@@ -122,6 +127,10 @@ def make_env(
         raise ValueError(f"sticky_actions must be a probability in [0, 1) (0 disables), got {sticky_actions!r}")
     if sticky_actions and spec.kind == "catch":
         raise ValueError(f"sticky_actions applies to Mario ids, not {env_id!r}: use 0")
+    if isinstance(flag_reward, bool) or not isinstance(flag_reward, numbers.Real) or not 0 <= flag_reward < math.inf:
+        raise ValueError(f"flag_reward must be a finite number >= 0 (0 disables), got {flag_reward!r}")
+    if flag_reward and spec.kind == "catch":
+        raise ValueError(f"flag_reward applies to Mario ids, not {env_id!r}: use 0")
 
     env: gymnasium.Env
     if spec.kind == "catch":
@@ -136,6 +145,8 @@ def make_env(
         if preprocess:
             env = Resize(Grayscale(env), OBS_SIZE, OBS_SIZE)
     if preprocess or spec.kind == "catch":
+        if flag_reward:
+            env = FlagReward(env, float(flag_reward))
         if reward_scale != 1.0:
             env = RewardScale(env, reward_scale)
         if no_progress_steps and spec.kind != "catch":

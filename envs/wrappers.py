@@ -3,7 +3,7 @@
 Stack order (built by :func:`envs.make_env`)::
 
     MarioEnv [-> StickyActions] -> ActionSet -> MaxAndSkip -> Grayscale -> Resize
-             -> RewardScale -> NoProgressTruncation -> TimeLimit
+             [-> FlagReward] -> RewardScale -> NoProgressTruncation -> TimeLimit
 
 giving ``(84, 84)`` uint8 observations (frames are stacked later, by the replay
 memory). ``TimeLimit`` is gymnasium's own and is re-exported here.
@@ -24,6 +24,7 @@ from envs.actions import DEFAULT_ACTION_SET, action_bytes, button_lists
 
 __all__ = [
     "ActionSet",
+    "FlagReward",
     "Grayscale",
     "MaxAndSkip",
     "NoProgressTruncation",
@@ -198,6 +199,31 @@ def preprocess_ns(env: gymnasium.Env) -> int:
         total += getattr(env, "elapsed_ns", 0)
         env = env.env
     return total
+
+
+class FlagReward(gymnasium.Wrapper[np.ndarray, Any, np.ndarray, Any]):
+    """Add ``bonus`` to the reward of the step that ends the stage at its goal.
+
+    The task's reward counts x progress, the clock and deaths, and nothing for the flag
+    itself: on 1-2 an episode that runs along the ceiling past the exit pipe into the warp
+    zone (whose pipes need Down) and stands at its wall returns more than one that takes
+    the pipe to the flag (docs/learning-history.md, "the warp zone"). The bonus (game
+    units, before the scale) is paid once, on the terminal step whose info has
+    ``flag_get`` (the flag, or the axe in a castle); a death or a cut pays nothing.
+    """
+
+    def __init__(self, env: gymnasium.Env[np.ndarray, Any], bonus: float) -> None:
+        super().__init__(env)
+        if not np.isfinite(bonus) or bonus <= 0:
+            raise ValueError(f"flag reward must be a finite number > 0, got {bonus!r}")
+        self.bonus = float(bonus)
+
+    def step(self, action: Any) -> tuple[np.ndarray, SupportsFloat, bool, bool, dict[str, Any]]:
+        """Step, adding the bonus on the step that reaches the goal."""
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        if terminated and info.get("flag_get"):
+            reward = float(reward) + self.bonus
+        return obs, reward, terminated, truncated, info
 
 
 class RewardScale(gymnasium.RewardWrapper[np.ndarray, Any]):

@@ -91,6 +91,9 @@ def test_describe_lists_every_field_with_its_source():
         ({"collector_niceness": -1}, "collector_niceness", ">= 0"),
         ({"learner_threads_max": -2}, "learner_threads_max", ">= 0"),
         ({"action_set": "everything"}, "action_set", "right_only"),
+        ({"flag_reward": -1.0, "env_id": "SuperMarioBros-1-1-v0"}, "flag_reward", "finite number >= 0"),
+        ({"flag_reward": float("inf"), "env_id": "SuperMarioBros-1-1-v0"}, "flag_reward", "finite number >= 0"),
+        ({"flag_reward": 500.0}, "flag_reward", "applies to Mario ids only"),  # the tiny preset's Catch
         ({"learning_rate": float("nan")}, "learning_rate", "float"),
         ({"num_processes": True}, "num_processes", "int"),
         ({"eval_interval_frames": -5}, "eval_interval_frames", ">= 0"),

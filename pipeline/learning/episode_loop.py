@@ -46,7 +46,8 @@ __all__ = [
 
 
 def build_env(config: Config, env_id: str | None = None, seed: int | None = None, *, sticky: float = 0.0):
-    """The env a run's policy plays in: its settings, but rewards unscaled (game units).
+    """The env a run's policy plays in: its settings, but the task's reward (game units,
+    no scale and no flag reward).
 
     The run's stage list only goes with a random-stages id: another id (one stage of the
     list, played alone) is built without it. ``sticky`` > 0 plays it with sticky actions
@@ -56,7 +57,7 @@ def build_env(config: Config, env_id: str | None = None, seed: int | None = None
     from envs.ids import EnvIdError, parse_env_id
 
     env_id = env_id or config.env_id
-    kwargs = config.env_kwargs(reward_scale=1.0)
+    kwargs = config.env_kwargs(task_reward=True)
     if sticky:
         kwargs["sticky_actions"] = sticky
     try:

@@ -25,6 +25,29 @@ def test_run_config_no_progress_steps_reaches_the_env_as_a_truncation() -> None:
     env.close()
 
 
+def test_run_config_flag_reward_sits_below_the_scale_and_evaluation_plays_the_task() -> None:
+    from config import Config
+    from envs.wrappers import FlagReward, RewardScale
+
+    def chain(env: gymnasium.Env) -> list[gymnasium.Env]:
+        layers = [env]
+        while hasattr(layers[-1], "env"):
+            layers.append(layers[-1].env)
+        return layers
+
+    cfg = Config(flag_reward=500.0)
+    trained = chain(envs.make_env(cfg.env_id, **cfg.env_kwargs()))
+    kinds = [type(layer) for layer in trained]
+    assert kinds.index(RewardScale) < kinds.index(FlagReward)  # the bonus is scaled with the rest
+    assert trained[kinds.index(FlagReward)].bonus == 500.0
+    task = [type(layer) for layer in chain(envs.make_env(cfg.env_id, **cfg.env_kwargs(task_reward=True)))]
+    assert FlagReward not in task and RewardScale not in task
+    with pytest.raises(ValueError, match="flag_reward applies to Mario ids"):
+        envs.make_env("Catch-v0", flag_reward=1.0)
+    with pytest.raises(ValueError, match="flag_reward must be a finite number"):
+        envs.make_env("SuperMarioBros-1-1-v0", flag_reward=-1.0)
+
+
 def test_full_mario_stack_outputs_84x84_uint8() -> None:
     env = envs.make_env("SuperMarioBros-1-1-v0", no_progress_steps=10, max_episode_steps=100)
     assert env.observation_space.shape == (84, 84) and env.observation_space.dtype == np.uint8

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import gymnasium
 import numpy as np
 import pytest
 
@@ -11,6 +12,7 @@ from envs.actions import action_bytes
 from envs.mario import MarioEnv
 from envs.wrappers import (
     ActionSet,
+    FlagReward,
     Grayscale,
     MaxAndSkip,
     NoProgressTruncation,
@@ -173,6 +175,38 @@ def test_resize_is_an_area_average(shape: tuple[int, int]) -> None:
             expected = rows @ gray @ cols.T
         assert np.abs(obs - expected).max() <= 1.0
     env.close()
+
+
+class _ScriptedEnd(gymnasium.Env):
+    """Three steps of reward 1; the third ends the episode with ``flag_get`` as given."""
+
+    observation_space = gymnasium.spaces.Box(0, 255, (1,), np.uint8)
+    action_space = gymnasium.spaces.Discrete(1)
+
+    def __init__(self, flag: bool, *, truncate: bool = False) -> None:
+        self.flag, self.truncate, self.t = flag, truncate, 0
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[np.ndarray, dict]:
+        self.t = 0
+        return np.zeros(1, np.uint8), {"flag_get": False}
+
+    def step(self, action: int) -> tuple[np.ndarray, float, bool, bool, dict]:
+        self.t += 1
+        end = self.t == 3
+        info = {"flag_get": end and self.flag}
+        return np.zeros(1, np.uint8), 1.0, end and not self.truncate, end and self.truncate, info
+
+
+@pytest.mark.parametrize(
+    ("flag", "truncate", "expected"),
+    [(True, False, [1.0, 1.0, 501.0]), (False, False, [1.0, 1.0, 1.0]), (True, True, [1.0, 1.0, 1.0])],
+)
+def test_flag_reward_pays_once_on_the_terminal_flag_step(flag: bool, truncate: bool, expected: list[float]) -> None:
+    env = FlagReward(_ScriptedEnd(flag, truncate=truncate), 500.0)
+    env.reset()
+    assert [env.step(0)[1] for _ in range(3)] == expected
+    with pytest.raises(ValueError, match="flag reward"):
+        FlagReward(_ScriptedEnd(True), 0.0)
 
 
 def test_reward_scale_multiplies_the_reward() -> None:
