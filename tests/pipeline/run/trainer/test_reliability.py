@@ -160,7 +160,10 @@ def test_env_errors_are_logged_once_rebuilt_and_backed_off(tmp_path):
     proc = start(run, env={"MARIO_INJECT_FAULTS": "0:env_error:150,1:env_error_always"})
     try:
         wait_until(lambda: training_started(run), 600, proc=proc)
-        wait_until(lambda: "backing off" in (run / "logs" / "collector-1.log").read_text(), 300, proc=proc)
+        # Collector 1's log appears when it starts, which a loaded box can delay past the start
+        # of training (collector 0 alone fills the replay): a missing log is not yet there.
+        log1_path = run / "logs" / "collector-1.log"
+        wait_until(lambda: log1_path.exists() and "backing off" in log1_path.read_text(), 300, proc=proc)
         # Collector 0 (the only one writing) past 300 steps, whatever the machine's speed: on
         # a loaded box its 100 steps after learning starts can take longer than the backoff.
         wait_until(lambda: float(read_csv(run / "metrics.csv")[-1]["steps"]) > 300, 300, proc=proc)
